@@ -1,0 +1,68 @@
+//! DAOS's ranged rank-list strings (`"[0-3,5]"`, gurt's `d_rank_range_list_str`).
+
+/// Formats ranks as DAOS does: sorted, deduplicated, runs collapsed, in brackets.
+pub fn format_ranks(ranks: &[u32]) -> String {
+    let mut sorted = ranks.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        let mut end = start;
+        while i + 1 < sorted.len() && sorted[i + 1] == end + 1 {
+            i += 1;
+            end = sorted[i];
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    format!("[{}]", parts.join(","))
+}
+
+/// Parses a ranged rank string, with or without brackets. Empty input is no ranks.
+pub fn parse_ranks(s: &str) -> Option<Vec<u32>> {
+    let inner = s.trim().trim_start_matches('[').trim_end_matches(']').trim();
+    if inner.is_empty() {
+        return Some(Vec::new());
+    }
+    let mut out = Vec::new();
+    for part in inner.split(',') {
+        match part.trim().split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                if a > b {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.trim().parse().ok()?),
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_runs() {
+        assert_eq!(format_ranks(&[5, 0, 1, 2, 3]), "[0-3,5]");
+        assert_eq!(format_ranks(&[]), "[]");
+        assert_eq!(format_ranks(&[7]), "[7]");
+    }
+
+    #[test]
+    fn parses_what_it_formats() {
+        for ranks in [vec![0, 1, 2, 3, 5], vec![], vec![2, 4, 6, 7]] {
+            assert_eq!(parse_ranks(&format_ranks(&ranks)), Some(ranks));
+        }
+        assert_eq!(parse_ranks("3-1"), None);
+        assert_eq!(parse_ranks("[x]"), None);
+    }
+}

@@ -1,0 +1,47 @@
+//! Wire protocols of dpufs, generated from the `.proto` files beside this crate,
+//! plus the small vocabulary of constants both ends of the DAOS wire must agree
+//! on (DER codes, fault codes, ErrorInfo reasons, property numbers, label rules).
+//!
+//! The engine and the clients depend on this crate and on nothing of each other:
+//! they meet only on these definitions, so the real DAOS can stand in for the
+//! engine.
+
+#![allow(clippy::doc_lazy_continuation, clippy::large_enum_variant)]
+
+/// Container Storage Interface v1.12.0.
+pub mod csi {
+    /// Package `csi.v1`.
+    pub mod v1 {
+        tonic::include_proto!("csi.v1");
+    }
+}
+
+/// DAOS 2.8 management API, package `mgmt` (`/mgmt.MgmtSvc/...`).
+pub mod mgmt {
+    tonic::include_proto!("mgmt");
+}
+
+/// `google.rpc.Status` and `ErrorInfo`, as DAOS puts them in error trailers.
+pub mod google {
+    /// Package `google.rpc`.
+    pub mod rpc {
+        tonic::include_proto!("google.rpc");
+    }
+}
+
+/// The embedded engine's own services (containers, rank control).
+pub mod engine {
+    /// Package `dpufs.engine.v1`.
+    pub mod v1 {
+        tonic::include_proto!("dpufs.engine.v1");
+    }
+}
+
+pub mod daos;
+
+/// Encoded `FileDescriptorSet` of every file above, for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/descriptor_set.bin"));
+
+#[cfg(test)]
+mod tests;
