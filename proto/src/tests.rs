@@ -88,7 +88,9 @@ fn engine_round_trip() {
         label: "vol-1".into(),
         properties: vec![ContProperty {
             number: crate::daos::props::CONT_LAYOUT_TYPE,
-            value: Some(cont_property::Value::Numval(crate::daos::props::LAYOUT_POSIX)),
+            value: Some(cont_property::Value::Numval(
+                crate::daos::props::LAYOUT_POSIX,
+            )),
         }],
         attributes: [("csi.name".to_string(), b"pvc-1".to_vec())].into(),
         ..Default::default()
@@ -117,7 +119,10 @@ fn descriptor_set_lists_every_service() {
         "dpufs.engine.v1.ContainerSvc",
         "dpufs.engine.v1.RankControl",
     ] {
-        assert!(services.iter().any(|s| s == want), "{want} missing from {services:?}");
+        assert!(
+            services.iter().any(|s| s == want),
+            "{want} missing from {services:?}"
+        );
     }
 }
 

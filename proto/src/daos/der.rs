@@ -98,6 +98,12 @@ impl Der {
 /// DAOS's human format: `DER_NONEXIST(-1005): The specified entity does not exist`.
 impl fmt::Display for Der {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}({}): {}", self.name(), self.wire(), self.description())
+        write!(
+            f,
+            "{}({}): {}",
+            self.name(),
+            self.wire(),
+            self.description()
+        )
     }
 }

@@ -24,7 +24,10 @@ impl fmt::Display for LabelError {
         match self {
             LabelError::Empty => write!(f, "label must not be empty"),
             LabelError::TooLong(n) => {
-                write!(f, "label is {n} characters long, at most {MAX_LABEL_LEN} allowed")
+                write!(
+                    f,
+                    "label is {n} characters long, at most {MAX_LABEL_LEN} allowed"
+                )
             }
             LabelError::BadChar(c) => write!(
                 f,
@@ -89,7 +92,10 @@ mod tests {
     #[test]
     fn rejects_what_daos_rejects() {
         assert_eq!(validate_label(""), Err(LabelError::Empty));
-        assert_eq!(validate_label(&"x".repeat(128)), Err(LabelError::TooLong(128)));
+        assert_eq!(
+            validate_label(&"x".repeat(128)),
+            Err(LabelError::TooLong(128))
+        );
         assert_eq!(validate_label("a b"), Err(LabelError::BadChar(' ')));
         assert_eq!(validate_label("a/b"), Err(LabelError::BadChar('/')));
         assert_eq!(
@@ -100,12 +106,21 @@ mod tests {
             validate_label("6f1c2d1e3a4b4c5d8e9f0a1b2c3d4e5f"),
             Err(LabelError::LooksLikeUuid)
         );
-        assert_eq!(validate_label(UNSET_CONTAINER_LABEL), Err(LabelError::Reserved));
+        assert_eq!(
+            validate_label(UNSET_CONTAINER_LABEL),
+            Err(LabelError::Reserved)
+        );
     }
 
     #[test]
     fn near_uuids_are_labels() {
-        assert_eq!(validate_label("6f1c2d1e-3a4b-4c5d-8e9f-0a1b2c3d4e5g"), Ok(()));
-        assert_eq!(validate_label("6f1c2d1e-3a4b4c5d-8e9f-0a1b-2c3d4e5f"), Ok(()));
+        assert_eq!(
+            validate_label("6f1c2d1e-3a4b-4c5d-8e9f-0a1b2c3d4e5g"),
+            Ok(())
+        );
+        assert_eq!(
+            validate_label("6f1c2d1e-3a4b4c5d-8e9f-0a1b-2c3d4e5f"),
+            Ok(())
+        );
     }
 }

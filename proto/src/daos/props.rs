@@ -93,28 +93,99 @@ pub const POOL_SVC_RF: u32 = 19;
 pub const POOL_PROPS: &[PropDef] = &[
     def(POOL_LABEL, "label", PropKind::Str, ReadWrite, None),
     def(3, "space_rb", num(0, 100), ReadWrite, Some(5)),
-    def(4, "self_heal", PropKind::Flags(&[("exclude", 1), ("rebuild", 2), ("delay_rebuild", 4)]), ReadWrite, Some(3)),
-    def(5, "reclaim", PropKind::Choice(&[("disabled", 0), ("lazy", 1), ("snapshot", 2), ("batch", 3), ("time", 4)]), ReadWrite, Some(1)),
+    def(
+        4,
+        "self_heal",
+        PropKind::Flags(&[("exclude", 1), ("rebuild", 2), ("delay_rebuild", 4)]),
+        ReadWrite,
+        Some(3),
+    ),
+    def(
+        5,
+        "reclaim",
+        PropKind::Choice(&[
+            ("disabled", 0),
+            ("lazy", 1),
+            ("snapshot", 2),
+            ("batch", 3),
+            ("time", 4),
+        ]),
+        ReadWrite,
+        Some(1),
+    ),
     def(POOL_OWNER, "owner", PropKind::Str, ReadOnly, None),
     def(POOL_OWNER_GROUP, "group", PropKind::Str, ReadOnly, None),
     def(POOL_SVC_LIST, "svc_list", PropKind::Str, ReadOnly, None),
-    def(9, "ec_cell_sz", num(1 << 10, 1 << 30), ReadWrite, Some(128 << 10)),
-    def(10, "data_thresh", num(0, u64::MAX), ReadWrite, Some(4 << 10)),
+    def(
+        9,
+        "ec_cell_sz",
+        num(1 << 10, 1 << 30),
+        ReadWrite,
+        Some(128 << 10),
+    ),
+    def(
+        10,
+        "data_thresh",
+        num(0, u64::MAX),
+        ReadWrite,
+        Some(4 << 10),
+    ),
     def(POOL_RD_FAC, "rd_fac", num(0, 4), ReadWrite, Some(3)),
     def(12, "ec_pda", num(0, u32::MAX as u64), ReadWrite, Some(1)),
-    def(13, "rp_pda", num(0, u32::MAX as u64), ReadWrite, Some(u32::MAX as u64)),
+    def(
+        13,
+        "rp_pda",
+        num(0, u32::MAX as u64),
+        ReadWrite,
+        Some(u32::MAX as u64),
+    ),
     def(14, "global_version", num(0, u64::MAX), ReadOnly, Some(3)),
-    def(15, "upgrade_status", PropKind::Choice(&[("not started", 0), ("in progress", 1), ("completed", 2), ("failed", 3)]), ReadOnly, Some(0)),
-    def(16, "scrub", PropKind::Choice(&[("off", 0), ("lazy", 1), ("timed", 2)]), ReadWrite, Some(0)),
+    def(
+        15,
+        "upgrade_status",
+        PropKind::Choice(&[
+            ("not started", 0),
+            ("in progress", 1),
+            ("completed", 2),
+            ("failed", 3),
+        ]),
+        ReadOnly,
+        Some(0),
+    ),
+    def(
+        16,
+        "scrub",
+        PropKind::Choice(&[("off", 0), ("lazy", 1), ("timed", 2)]),
+        ReadWrite,
+        Some(0),
+    ),
     def(17, "scrub_freq", num(0, u64::MAX), ReadWrite, Some(604_800)),
     def(18, "scrub_thresh", num(0, u64::MAX), ReadWrite, Some(0)),
     def(POOL_SVC_RF, "svc_rf", num(0, 4), CreateOnly, Some(2)),
     def(20, "obj_version", num(0, u64::MAX), ReadOnly, Some(1)),
-    def(21, "perf_domain", PropKind::Choice(&[("root", 255), ("group", 200)]), CreateOnly, Some(255)),
-    def(22, "checkpoint", PropKind::Choice(&[("disabled", 0), ("timed", 1), ("lazy", 2)]), ReadWrite, Some(1)),
+    def(
+        21,
+        "perf_domain",
+        PropKind::Choice(&[("root", 255), ("group", 200)]),
+        CreateOnly,
+        Some(255),
+    ),
+    def(
+        22,
+        "checkpoint",
+        PropKind::Choice(&[("disabled", 0), ("timed", 1), ("lazy", 2)]),
+        ReadWrite,
+        Some(1),
+    ),
     def(23, "checkpoint_freq", num(1, 1 << 20), ReadWrite, Some(5)),
     def(24, "checkpoint_thresh", num(10, 75), ReadWrite, Some(50)),
-    def(25, "reintegration", PropKind::Choice(&[("data_sync", 0), ("no_data_sync", 1), ("incremental", 2)]), ReadWrite, Some(0)),
+    def(
+        25,
+        "reintegration",
+        PropKind::Choice(&[("data_sync", 0), ("no_data_sync", 1), ("incremental", 2)]),
+        ReadWrite,
+        Some(0),
+    ),
     def(26, "svc_ops_enabled", num(0, 1), ReadWrite, Some(1)),
     def(27, "svc_ops_entry_age", num(60, 600), ReadWrite, Some(300)),
 ];
@@ -133,24 +204,109 @@ pub const LAYOUT_POSIX: u64 = 1;
 /// default is the pool's, so it has none here.
 pub const CONT_PROPS: &[PropDef] = &[
     def(CONT_LABEL, "label", PropKind::Str, ReadWrite, None),
-    def(CONT_LAYOUT_TYPE, "layout_type", PropKind::Choice(&[("unknown", 0), ("POSIX", 1), ("HDF5", 2), ("PYTHON", 3), ("SPARK", 4), ("DATABASE", 5), ("ROOT", 6), ("SEISMIC", 7), ("METEO", 8)]), CreateOnly, Some(0)),
-    def(0x1003, "layout_version", num(0, u64::MAX), CreateOnly, Some(1)),
-    def(0x1004, "cksum", PropKind::Choice(&[("off", 0), ("crc16", 1), ("crc32", 2), ("crc64", 3), ("sha1", 4), ("sha256", 5), ("sha512", 6), ("adler32", 7)]), CreateOnly, Some(0)),
-    def(0x1005, "cksum_size", num(1, 1 << 30), CreateOnly, Some(32 << 10)),
-    def(0x1006, "srv_cksum", PropKind::Choice(&[("off", 0), ("on", 1)]), CreateOnly, Some(0)),
+    def(
+        CONT_LAYOUT_TYPE,
+        "layout_type",
+        PropKind::Choice(&[
+            ("unknown", 0),
+            ("POSIX", 1),
+            ("HDF5", 2),
+            ("PYTHON", 3),
+            ("SPARK", 4),
+            ("DATABASE", 5),
+            ("ROOT", 6),
+            ("SEISMIC", 7),
+            ("METEO", 8),
+        ]),
+        CreateOnly,
+        Some(0),
+    ),
+    def(
+        0x1003,
+        "layout_version",
+        num(0, u64::MAX),
+        CreateOnly,
+        Some(1),
+    ),
+    def(
+        0x1004,
+        "cksum",
+        PropKind::Choice(&[
+            ("off", 0),
+            ("crc16", 1),
+            ("crc32", 2),
+            ("crc64", 3),
+            ("sha1", 4),
+            ("sha256", 5),
+            ("sha512", 6),
+            ("adler32", 7),
+        ]),
+        CreateOnly,
+        Some(0),
+    ),
+    def(
+        0x1005,
+        "cksum_size",
+        num(1, 1 << 30),
+        CreateOnly,
+        Some(32 << 10),
+    ),
+    def(
+        0x1006,
+        "srv_cksum",
+        PropKind::Choice(&[("off", 0), ("on", 1)]),
+        CreateOnly,
+        Some(0),
+    ),
     def(CONT_RD_FAC, "rd_fac", num(0, 4), CreateOnly, None),
-    def(0x1008, "rd_lvl", PropKind::Choice(&[("rank", 1), ("node", 2), ("pool_fd", 3)]), CreateOnly, Some(2)),
+    def(
+        0x1008,
+        "rd_lvl",
+        PropKind::Choice(&[("rank", 1), ("node", 2), ("pool_fd", 3)]),
+        CreateOnly,
+        Some(2),
+    ),
     def(0x1009, "max_snapshot", num(0, u64::MAX), ReadWrite, Some(0)),
     def(CONT_OWNER, "owner", PropKind::Str, ReadOnly, None),
     def(CONT_GROUP, "group", PropKind::Str, ReadOnly, None),
     def(0x1012, "status", num(0, u64::MAX), ReadOnly, Some(0)),
     def(0x1014, "ec_cell_sz", num(0, 1 << 30), CreateOnly, Some(0)),
-    def(0x1015, "ec_pda", num(0, u32::MAX as u64), CreateOnly, Some(1)),
-    def(0x1016, "rp_pda", num(0, u32::MAX as u64), CreateOnly, Some(u32::MAX as u64)),
-    def(0x1017, "global_version", num(0, u64::MAX), ReadOnly, Some(3)),
-    def(0x1018, "scrub_disabled", PropKind::Choice(&[("false", 0), ("true", 1)]), ReadWrite, Some(0)),
+    def(
+        0x1015,
+        "ec_pda",
+        num(0, u32::MAX as u64),
+        CreateOnly,
+        Some(1),
+    ),
+    def(
+        0x1016,
+        "rp_pda",
+        num(0, u32::MAX as u64),
+        CreateOnly,
+        Some(u32::MAX as u64),
+    ),
+    def(
+        0x1017,
+        "global_version",
+        num(0, u64::MAX),
+        ReadOnly,
+        Some(3),
+    ),
+    def(
+        0x1018,
+        "scrub_disabled",
+        PropKind::Choice(&[("false", 0), ("true", 1)]),
+        ReadWrite,
+        Some(0),
+    ),
     def(0x1019, "obj_version", num(0, u64::MAX), ReadOnly, Some(1)),
-    def(0x101A, "perf_domain", PropKind::Choice(&[("root", 255), ("group", 200)]), CreateOnly, Some(255)),
+    def(
+        0x101A,
+        "perf_domain",
+        PropKind::Choice(&[("root", 255), ("group", 200)]),
+        CreateOnly,
+        Some(255),
+    ),
 ];
 
 /// Looks a property up by number.
@@ -181,7 +337,10 @@ impl PropDef {
             }
             (PropKind::Choice(opts), PropValue::Num(n)) => bad(format!(
                 "{n} is not one of {}",
-                opts.iter().map(|(s, v)| format!("{s}={v}")).collect::<Vec<_>>().join(", ")
+                opts.iter()
+                    .map(|(s, v)| format!("{s}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )),
             (PropKind::Flags(flags), PropValue::Num(n)) => {
                 let all = flags.iter().fold(0, |acc, (_, v)| acc | v);
@@ -198,7 +357,8 @@ impl PropDef {
     pub fn parse(&self, text: &str) -> Result<PropValue, PropError> {
         let value = match self.kind {
             PropKind::Str => PropValue::Str(text.to_string()),
-            PropKind::Choice(opts) => match opts.iter().find(|(s, _)| s.eq_ignore_ascii_case(text)) {
+            PropKind::Choice(opts) => match opts.iter().find(|(s, _)| s.eq_ignore_ascii_case(text))
+            {
                 Some((_, v)) => PropValue::Num(*v),
                 None => self.parse_number(text)?,
             },
@@ -233,9 +393,12 @@ impl PropDef {
             Some(hex) => u64::from_str_radix(hex, 16),
             None => t.parse(),
         };
-        parsed
-            .map(PropValue::Num)
-            .map_err(|_| PropError(format!("property {}: {text:?} is not a valid value", self.name)))
+        parsed.map(PropValue::Num).map_err(|_| {
+            PropError(format!(
+                "property {}: {text:?} is not a valid value",
+                self.name
+            ))
+        })
     }
 
     fn parse_flags(&self, flags: &[(&str, u64)], text: &str) -> Result<PropValue, PropError> {
@@ -246,7 +409,12 @@ impl PropDef {
         for word in text.split(';').map(str::trim).filter(|w| !w.is_empty()) {
             match flags.iter().find(|(s, _)| *s == word) {
                 Some((_, v)) => bits |= v,
-                None => return Err(PropError(format!("property {}: unknown flag {word:?}", self.name))),
+                None => {
+                    return Err(PropError(format!(
+                        "property {}: unknown flag {word:?}",
+                        self.name
+                    )));
+                }
             }
         }
         Ok(PropValue::Num(bits))
@@ -261,7 +429,11 @@ mod tests {
     fn numbers_are_unique_and_named() {
         for table in [POOL_PROPS, CONT_PROPS] {
             for (i, p) in table.iter().enumerate() {
-                assert!(table[i + 1..].iter().all(|q| q.number != p.number && q.name != p.name));
+                assert!(
+                    table[i + 1..]
+                        .iter()
+                        .all(|q| q.number != p.number && q.name != p.name)
+                );
                 if let Some(d) = p.default {
                     assert_eq!(p.check(&PropValue::Num(d)), Ok(()), "default of {}", p.name);
                 }

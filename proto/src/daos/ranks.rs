@@ -26,7 +26,11 @@ pub fn format_ranks(ranks: &[u32]) -> String {
 
 /// Parses a ranged rank string, with or without brackets. Empty input is no ranks.
 pub fn parse_ranks(s: &str) -> Option<Vec<u32>> {
-    let inner = s.trim().trim_start_matches('[').trim_end_matches(']').trim();
+    let inner = s
+        .trim()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .trim();
     if inner.is_empty() {
         return Some(Vec::new());
     }

@@ -1,0 +1,450 @@
+//! Containers: create/destroy/query/list, properties, ACLs, attributes and
+//! snapshots, with DAOS's container semantics (`daos-mgmt-wire.md` §3).
+
+use crate::acl::{self, AclTarget};
+use crate::engine::Engine;
+use crate::error::{EngineError, Result, der};
+use crate::records::{AclRecord, ContRecord, PoolRecord, SnapshotRecord, Stored, now_unix};
+use crate::store::{Reader, Txn};
+use dpufs_proto::daos::der::Der;
+use dpufs_proto::daos::label::validate_label;
+use dpufs_proto::daos::props::{self, Access, CONT_PROPS, PropValue};
+use dpufs_proto::engine::v1::{self as eng, cont_property::Value};
+use dpufs_proto::mgmt;
+use std::collections::BTreeMap;
+
+/// DAOS's limit on attribute names.
+const MAX_ATTR_NAME: usize = 511;
+
+fn prop_value(p: &eng::ContProperty) -> Result<PropValue> {
+    match &p.value {
+        Some(Value::Strval(s)) => Ok(PropValue::Str(s.clone())),
+        Some(Value::Numval(n)) => Ok(PropValue::Num(*n)),
+        None => Err(der(
+            Der::Inval,
+            format!("property {:#x} has no value", p.number),
+        )),
+    }
+}
+
+fn checked_prop(
+    p: &eng::ContProperty,
+    at_create: bool,
+) -> Result<(&'static props::PropDef, PropValue)> {
+    if p.number == props::CONT_ACL {
+        return Err(der(
+            Der::Inval,
+            "the container ACL is set with the ACL calls, not as a property",
+        ));
+    }
+    let def = props::find(CONT_PROPS, p.number).ok_or_else(|| {
+        der(
+            Der::Inval,
+            format!("unknown container property number {:#x}", p.number),
+        )
+    })?;
+    let writable = match def.access {
+        Access::ReadWrite => true,
+        Access::CreateOnly => at_create,
+        Access::ReadOnly => false,
+    };
+    if !writable {
+        return Err(der(
+            Der::NoPerm,
+            format!("container property {} cannot be changed now", def.name),
+        ));
+    }
+    let value = prop_value(p)?;
+    def.check(&value)
+        .map_err(|e| der(Der::Inval, e.to_string()))?;
+    Ok((def, value))
+}
+
+fn not_found(pool: &PoolRecord, id: &str) -> EngineError {
+    der(
+        Der::Nonexist,
+        format!("container {id:?} not found in pool {}", pool.label),
+    )
+}
+
+impl Engine {
+    fn resolve<R: Reader>(&self, r: &R, cont: &eng::ContRef) -> Result<(PoolRecord, ContRecord)> {
+        let pool = r.resolve_pool(&cont.pool)?;
+        let found = r.find_container(&pool.uuid, &cont.cont)?;
+        let c = found.ok_or_else(|| not_found(&pool, &cont.cont))?;
+        Ok((pool, c))
+    }
+
+    fn cont_ref(req: Option<eng::ContRef>) -> Result<eng::ContRef> {
+        req.ok_or_else(|| der(Der::Inval, "no container named"))
+    }
+
+    /// Creates a container; a repeat with the same UUID and label returns it.
+    pub fn cont_create(&self, req: eng::ContCreateReq) -> Result<eng::ContInfo> {
+        validate_label(&req.label)
+            .map_err(|e| der(Der::Inval, format!("invalid container label: {e}")))?;
+        let uuid = match req.uuid.as_str() {
+            "" => uuid::Uuid::new_v4(),
+            u => uuid::Uuid::parse_str(u)
+                .map_err(|_| der(Der::Inval, format!("container UUID {u:?} is not a UUID")))?,
+        }
+        .to_string();
+        let cont = self.store.write(|t| {
+            let pool = t.resolve_pool(&req.pool)?;
+            if let Some(existing) = t.find_container(&pool.uuid, &uuid)? {
+                return if existing.label == req.label {
+                    Ok(existing)
+                } else {
+                    Err(der(
+                        Der::Exist,
+                        format!("container {uuid} exists with label {:?}", existing.label),
+                    ))
+                };
+            }
+            if t.find_container(&pool.uuid, &req.label)?.is_some() {
+                return Err(der(
+                    Der::Exist,
+                    format!(
+                        "container label {:?} is taken in pool {}",
+                        req.label, pool.label
+                    ),
+                ));
+            }
+            let cont = new_container(&pool, uuid.clone(), &req)?;
+            t.put_container(&cont)?;
+            Ok(cont)
+        })?;
+        Ok(cont_info(&cont))
+    }
+
+    /// Destroys a container with its snapshots.
+    pub fn cont_destroy(&self, req: eng::ContDestroyReq) -> Result<eng::ContDestroyResp> {
+        let cref = Self::cont_ref(req.cont)?;
+        self.store.write(|t| {
+            let (_, cont) = self.resolve(t, &cref)?;
+            t.delete_container(&cont)
+        })?;
+        Ok(eng::ContDestroyResp {})
+    }
+
+    pub fn cont_query(&self, cref: eng::ContRef) -> Result<eng::ContInfo> {
+        let (_, cont) = self.store.read(|v| self.resolve(v, &cref))?;
+        Ok(cont_info(&cont))
+    }
+
+    pub fn cont_list(&self, req: eng::ContListReq) -> Result<eng::ContListResp> {
+        self.store.read(|v| {
+            let pool = v.resolve_pool(&req.pool)?;
+            let containers = v.containers(&pool.uuid)?.iter().map(cont_info).collect();
+            Ok(eng::ContListResp { containers })
+        })
+    }
+
+    /// Sets mutable properties, the label included; all or nothing.
+    pub fn cont_set_prop(&self, req: eng::ContSetPropReq) -> Result<eng::ContInfo> {
+        if req.properties.is_empty() {
+            return Err(der(Der::Inval, "no properties to set"));
+        }
+        let cref = Self::cont_ref(req.cont)?;
+        self.update_container(&cref, |t, cont| {
+            for p in &req.properties {
+                let (def, value) = checked_prop(p, false)?;
+                match value {
+                    PropValue::Str(label) if def.number == props::CONT_LABEL => {
+                        validate_label(&label).map_err(|e| {
+                            der(Der::Inval, format!("invalid container label: {e}"))
+                        })?;
+                        if t.find_container(&cont.pool_uuid, &label)?
+                            .is_some_and(|c| c.uuid != cont.uuid)
+                        {
+                            return Err(der(
+                                Der::Exist,
+                                format!("container label {label:?} is taken"),
+                            ));
+                        }
+                        cont.label = label;
+                    }
+                    value => {
+                        cont.props.insert(def.number, value.into());
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Reads, changes and writes one container in a transaction.
+    fn update_container(
+        &self,
+        cref: &eng::ContRef,
+        change: impl FnOnce(&Txn<'_>, &mut ContRecord) -> Result<()>,
+    ) -> Result<eng::ContInfo> {
+        let cont = self.store.write(|t| {
+            let (_, mut cont) = self.resolve(t, cref)?;
+            change(t, &mut cont)?;
+            t.put_container(&cont)?;
+            Ok(cont)
+        })?;
+        Ok(cont_info(&cont))
+    }
+
+    pub fn cont_get_acl(&self, cref: eng::ContRef) -> Result<eng::ContAclResp> {
+        Ok(acl_resp(self.cont_query(cref)?))
+    }
+
+    /// ContOverwriteAcl / ContUpdateAcl / ContDeleteAcl.
+    pub fn cont_modify_acl(
+        &self,
+        cref: Option<eng::ContRef>,
+        change: impl FnOnce(&[String]) -> Result<Vec<String>>,
+    ) -> Result<eng::ContAclResp> {
+        let cref = Self::cont_ref(cref)?;
+        let info = self.update_container(&cref, |_, cont| {
+            cont.acl.entries = change(&cont.acl.entries)?;
+            Ok(())
+        })?;
+        Ok(acl_resp(info))
+    }
+
+    /// Sets attributes; an empty value deletes one.
+    pub fn cont_set_attr(&self, req: eng::ContSetAttrReq) -> Result<eng::ContAttrResp> {
+        let cref = Self::cont_ref(req.cont)?;
+        for name in req.attributes.keys() {
+            if name.is_empty() || name.len() > MAX_ATTR_NAME {
+                return Err(der(
+                    Der::Inval,
+                    format!("attribute name {name:?} must be 1..={MAX_ATTR_NAME} bytes"),
+                ));
+            }
+        }
+        let mut attrs = BTreeMap::new();
+        self.update_container(&cref, |_, cont| {
+            for (k, v) in req.attributes {
+                if v.is_empty() {
+                    cont.attrs.remove(&k);
+                } else {
+                    cont.attrs.insert(k, v);
+                }
+            }
+            attrs = cont.attrs.clone();
+            Ok(())
+        })?;
+        Ok(eng::ContAttrResp {
+            attributes: attrs.into_iter().collect(),
+        })
+    }
+
+    pub fn cont_get_attr(&self, cref: eng::ContRef) -> Result<eng::ContAttrResp> {
+        let (_, cont) = self.store.read(|v| self.resolve(v, &cref))?;
+        Ok(eng::ContAttrResp {
+            attributes: cont.attrs.into_iter().collect(),
+        })
+    }
+
+    /// Creates a snapshot with an epoch above every earlier one.
+    pub fn snapshot_create(&self, req: eng::SnapshotCreateReq) -> Result<eng::Snapshot> {
+        let cref = Self::cont_ref(req.cont)?;
+        let mut made = None;
+        self.update_container(&cref, |_, cont| {
+            if !req.name.is_empty() && cont.snapshots.iter().any(|s| s.name == req.name) {
+                return Err(der(Der::Exist, format!("snapshot {:?} exists", req.name)));
+            }
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            let last = cont.snapshots.iter().map(|s| s.epoch).max().unwrap_or(0);
+            let snap = SnapshotRecord {
+                epoch: now.max(last + 1),
+                name: req.name,
+                created_unix: now_unix(),
+            };
+            cont.snapshots.push(snap.clone());
+            made = Some(snap);
+            Ok(())
+        })?;
+        Ok(made.map(snapshot).expect("set by a successful update"))
+    }
+
+    pub fn snapshot_list(&self, cref: eng::ContRef) -> Result<eng::SnapshotListResp> {
+        let (_, cont) = self.store.read(|v| self.resolve(v, &cref))?;
+        Ok(eng::SnapshotListResp {
+            snapshots: cont.snapshots.into_iter().map(snapshot).collect(),
+        })
+    }
+
+    /// Destroys a snapshot named by epoch or name.
+    pub fn snapshot_destroy(&self, req: eng::SnapshotDestroyReq) -> Result<eng::SnapshotListResp> {
+        let cref = Self::cont_ref(req.cont)?;
+        let mut left = Vec::new();
+        self.update_container(&cref, |_, cont| {
+            let before = cont.snapshots.len();
+            cont.snapshots.retain(|s| {
+                if req.epoch != 0 {
+                    s.epoch != req.epoch
+                } else {
+                    req.name.is_empty() || s.name != req.name
+                }
+            });
+            if cont.snapshots.len() == before {
+                return Err(der(Der::Nonexist, "no such snapshot"));
+            }
+            left = cont.snapshots.clone();
+            Ok(())
+        })?;
+        Ok(eng::SnapshotListResp {
+            snapshots: left.into_iter().map(snapshot).collect(),
+        })
+    }
+
+    /// ContSetOwner (mgmt.MgmtSvc): the only container mutation DAOS offers over gRPC.
+    pub fn cont_set_owner(&self, req: mgmt::ContSetOwnerReq) -> Result<mgmt::DaosResp> {
+        if req.owner_user.is_empty() && req.owner_group.is_empty() {
+            return Err(der(Der::Inval, "give a new owner user or group"));
+        }
+        if !req.owner_user.is_empty() {
+            acl::check_owner(&req.owner_user, false)?;
+        }
+        if !req.owner_group.is_empty() {
+            acl::check_owner(&req.owner_group, true)?;
+        }
+        let cref = eng::ContRef {
+            pool: req.pool_id,
+            cont: req.cont_id,
+        };
+        self.update_container(&cref, |_, cont| {
+            if !req.owner_user.is_empty() {
+                cont.acl.owner_user = req.owner_user;
+            }
+            if !req.owner_group.is_empty() {
+                cont.acl.owner_group = req.owner_group;
+            }
+            Ok(())
+        })?;
+        Ok(mgmt::DaosResp { status: 0 })
+    }
+}
+
+fn new_container(pool: &PoolRecord, uuid: String, req: &eng::ContCreateReq) -> Result<ContRecord> {
+    let mut explicit = BTreeMap::new();
+    for p in &req.properties {
+        let (def, value) = checked_prop(p, true)?;
+        if def.number == props::CONT_LABEL {
+            if value != PropValue::Str(req.label.clone()) {
+                return Err(der(
+                    Der::Inval,
+                    "label property differs from the label field",
+                ));
+            }
+            continue;
+        }
+        explicit.insert(def.number, Stored::from(value));
+    }
+    let domains = pool.ranks.len() as u64;
+    let pool_rf = match pool.props.get(&props::POOL_RD_FAC) {
+        Some(Stored::Num(rf)) => *rf,
+        _ => 0,
+    };
+    match explicit.get(&props::CONT_RD_FAC) {
+        Some(Stored::Num(rf)) if *rf >= domains => {
+            return Err(der(
+                Der::Inval,
+                format!("rd_fac {rf} needs more than the pool's {domains} fault domains"),
+            ));
+        }
+        Some(_) => {}
+        None if pool_rf >= domains => {
+            return Err(der(
+                Der::Inval,
+                format!(
+                    "pool rd_fac {pool_rf} exceeds the {domains} fault domains; set rd_fac explicitly"
+                ),
+            ));
+        }
+        None => {
+            explicit.insert(props::CONT_RD_FAC, Stored::Num(pool_rf));
+        }
+    }
+    for def in CONT_PROPS {
+        if let Some(d) = def.default {
+            explicit.entry(def.number).or_insert(Stored::Num(d));
+        }
+    }
+    let entries = if req.acl.is_empty() {
+        AclTarget::Container.default_acl()
+    } else {
+        acl::check_acl(&req.acl, AclTarget::Container)?;
+        req.acl.clone()
+    };
+    let owner = |given: &str, group: bool, inherited: &str| -> Result<String> {
+        if given.is_empty() {
+            return Ok(inherited.to_string());
+        }
+        acl::check_owner(given, group)?;
+        Ok(given.to_string())
+    };
+    Ok(ContRecord {
+        pool_uuid: pool.uuid.clone(),
+        uuid,
+        label: req.label.clone(),
+        acl: AclRecord {
+            entries,
+            owner_user: owner(&req.owner_user, false, &pool.acl.owner_user)?,
+            owner_group: owner(&req.owner_group, true, &pool.acl.owner_group)?,
+        },
+        props: explicit,
+        attrs: req
+            .attributes
+            .clone()
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .collect(),
+        snapshots: Vec::new(),
+        created_unix: now_unix(),
+    })
+}
+
+fn to_wire(number: u32, v: PropValue) -> eng::ContProperty {
+    let value = match v {
+        PropValue::Str(s) => Value::Strval(s),
+        PropValue::Num(n) => Value::Numval(n),
+    };
+    eng::ContProperty {
+        number,
+        value: Some(value),
+    }
+}
+
+fn cont_info(c: &ContRecord) -> eng::ContInfo {
+    let mut properties = vec![
+        to_wire(props::CONT_LABEL, PropValue::Str(c.label.clone())),
+        to_wire(props::CONT_OWNER, PropValue::Str(c.acl.owner_user.clone())),
+        to_wire(props::CONT_GROUP, PropValue::Str(c.acl.owner_group.clone())),
+    ];
+    properties.extend(c.props.iter().map(|(n, v)| to_wire(*n, v.into())));
+    properties.sort_by_key(|p| p.number);
+    eng::ContInfo {
+        pool_uuid: c.pool_uuid.clone(),
+        uuid: c.uuid.clone(),
+        label: c.label.clone(),
+        properties,
+        acl: Some(eng::ContAcl {
+            entries: c.acl.entries.clone(),
+            owner_user: c.acl.owner_user.clone(),
+            owner_group: c.acl.owner_group.clone(),
+        }),
+        snapshot_count: c.snapshots.len() as u32,
+        created_unix: c.created_unix,
+    }
+}
+
+fn acl_resp(info: eng::ContInfo) -> eng::ContAclResp {
+    eng::ContAclResp { acl: info.acl }
+}
+
+fn snapshot(s: SnapshotRecord) -> eng::Snapshot {
+    eng::Snapshot {
+        epoch: s.epoch,
+        name: s.name,
+        created_unix: s.created_unix,
+    }
+}

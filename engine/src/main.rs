@@ -1,0 +1,114 @@
+//! `dpufs-engine`: runs the embedded DAOS-compatible engine.
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use dpufs_engine::server::{router, serve_tcp, serve_unix};
+use dpufs_engine::service::EngineServices;
+use dpufs_engine::{Engine, EngineConfig};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The embedded single-node DAOS-compatible engine of dpufs.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Where pools, containers and data live.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Management address: `HOST:PORT` (port 0 picks one) or `unix:PATH`.
+    #[arg(long, default_value = "127.0.0.1:10001")]
+    listen: String,
+    /// Serve plaintext h2c with no client authentication (DAOS's insecure mode).
+    #[arg(long)]
+    insecure: bool,
+    /// Directory with daosCA.crt, server.crt and server.key for mutual TLS.
+    #[arg(long, conflicts_with = "insecure")]
+    tls_dir: Option<PathBuf>,
+    /// Storage each rank offers, in bytes (both tiers together).
+    #[arg(long, default_value_t = 64 << 30)]
+    capacity: u64,
+    /// Number of simulated ranks.
+    #[arg(long, default_value_t = 1)]
+    ranks: u32,
+    /// Targets per rank.
+    #[arg(long, default_value_t = 4)]
+    targets: u32,
+    /// DAOS system name.
+    #[arg(long, default_value = dpufs_proto::daos::DEFAULT_SYSTEM)]
+    system: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    if args.tls_dir.is_some() {
+        bail!("mutual TLS is not available in this build yet; run with --insecure");
+    }
+    if !args.insecure {
+        bail!(
+            "DAOS's default is mutual TLS, which this build cannot serve yet: pass --insecure explicitly"
+        );
+    }
+    if args.ranks == 0 || args.targets == 0 {
+        bail!("--ranks and --targets must be at least 1");
+    }
+    let mut cfg = EngineConfig::new(args.data_dir.clone());
+    cfg.system = args.system.clone();
+    cfg.ranks = args.ranks;
+    cfg.capacity_per_rank = args.capacity;
+    cfg.targets_per_rank = args.targets;
+
+    let shutdown = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down");
+    };
+
+    if let Some(path) = args.listen.strip_prefix("unix:") {
+        let _ = std::fs::remove_file(path);
+        let listener =
+            tokio::net::UnixListener::bind(path).with_context(|| format!("binding {path}"))?;
+        let engine = start(cfg, SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        announce(&engine, &args.listen)?;
+        serve_unix(router(EngineServices::new(engine))?, listener, shutdown).await
+    } else {
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .with_context(|| format!("binding {}", args.listen))?;
+        let local = listener.local_addr()?;
+        let engine = start(cfg, local).await?;
+        announce(&engine, &local.to_string())?;
+        serve_tcp(router(EngineServices::new(engine))?, listener, shutdown).await
+    }
+}
+
+async fn start(cfg: EngineConfig, advertise: SocketAddr) -> anyhow::Result<Arc<Engine>> {
+    let data_dir = cfg.data_dir.display().to_string();
+    let engine = Engine::start(cfg, advertise)
+        .await
+        .with_context(|| format!("starting the engine on {data_dir}"))?;
+    Ok(Arc::new(engine))
+}
+
+/// Prints the one line scripts and tests wait for, and records the address.
+fn announce(engine: &Engine, addr: &str) -> anyhow::Result<()> {
+    std::fs::write(engine.cfg.data_dir.join("engine.addr"), addr)?;
+    println!(
+        "dpufs-engine listening on {addr} (system {}, {} rank(s), data in {})",
+        engine.cfg.system,
+        engine.cfg.ranks,
+        engine.cfg.data_dir.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,110 @@
+//! System membership, leadership and rank control.
+
+use crate::engine::Engine;
+use crate::error::{Result, der};
+use crate::ranks::{JOINED, Member, STOPPED};
+use crate::store::Reader;
+use dpufs_proto::daos::der::Der;
+use dpufs_proto::daos::ranks::{format_ranks, parse_ranks};
+use dpufs_proto::engine::v1 as eng;
+use dpufs_proto::mgmt;
+
+/// The data-plane provider the engine's ranks speak.
+pub const PROVIDER: &str = "dpufs+tcp";
+
+impl Engine {
+    /// SystemQuery: every rank, filtered by rank set and state mask.
+    pub fn system_query(&self, req: mgmt::SystemQueryReq) -> Result<mgmt::SystemQueryResp> {
+        let wanted = parse_ranks(&req.ranks)
+            .ok_or_else(|| der(Der::Inval, format!("invalid rank set {:?}", req.ranks)))?;
+        let members = self.ranks.members();
+        let absent: Vec<u32> = wanted
+            .iter()
+            .copied()
+            .filter(|r| !members.iter().any(|m| m.rank == *r))
+            .collect();
+        let members = members
+            .into_iter()
+            .filter(|m| wanted.is_empty() || wanted.contains(&m.rank))
+            .filter(|m| req.state_mask == 0 || req.state_mask & state(m).1 != 0)
+            .map(|m| self.member(m))
+            .collect();
+        Ok(mgmt::SystemQueryResp {
+            members,
+            absentranks: if absent.is_empty() {
+                String::new()
+            } else {
+                format_ranks(&absent)
+            },
+            absenthosts: String::new(),
+            data_version: self.store.read(|v| v.data_version())?,
+            providers: vec![PROVIDER.into()],
+            sys_self_heal_policy: String::new(),
+        })
+    }
+
+    fn member(&self, m: Member) -> mgmt::SystemMember {
+        mgmt::SystemMember {
+            addr: self.advertise.to_string(),
+            uuid: m.uuid.clone(),
+            rank: m.rank,
+            incarnation: m.incarnation,
+            state: state(&m).0.into(),
+            fabric_uri: format!("{PROVIDER}://{}", m.endpoint),
+            fabric_contexts: self.cfg.targets_per_rank,
+            info: String::new(),
+            // Each simulated rank stands for a node of its own.
+            fault_domain: format!("/rank{}", m.rank),
+            last_update: m.last_update_unix.to_string(),
+            secondary_fabric_uris: Vec::new(),
+        }
+    }
+
+    /// LeaderQuery: the engine is the only replica, so it always leads.
+    pub fn leader_query(&self, _req: mgmt::LeaderQueryReq) -> Result<mgmt::LeaderQueryResp> {
+        let me = self.advertise.to_string();
+        Ok(mgmt::LeaderQueryResp {
+            current_leader: me.clone(),
+            replicas: vec![me],
+            down_replicas: Vec::new(),
+        })
+    }
+
+    /// Stops a rank; its targets turn disabled in every pool on it.
+    pub fn rank_stop(&self, req: eng::RankReq) -> Result<eng::RankResp> {
+        let m = self
+            .ranks
+            .stop(req.rank)
+            .ok_or_else(|| unknown_rank(req.rank))?;
+        tracing::info!(rank = m.rank, "rank stopped");
+        Ok(eng::RankResp {
+            rank: m.rank,
+            state: state(&m).0.into(),
+        })
+    }
+
+    /// Starts a stopped rank again.
+    pub async fn rank_start(&self, req: eng::RankReq) -> Result<eng::RankResp> {
+        let m = self
+            .ranks
+            .start_rank(req.rank)
+            .await?
+            .ok_or_else(|| unknown_rank(req.rank))?;
+        tracing::info!(rank = m.rank, endpoint = %m.endpoint, "rank started");
+        Ok(eng::RankResp {
+            rank: m.rank,
+            state: state(&m).0.into(),
+        })
+    }
+}
+
+fn state(m: &Member) -> (&'static str, u32) {
+    if m.joined { JOINED } else { STOPPED }
+}
+
+fn unknown_rank(rank: u32) -> crate::error::EngineError {
+    der(
+        Der::Nonexist,
+        format!("rank {rank} is not a member of the system"),
+    )
+}
