@@ -1,1 +1,20 @@
-//! placeholder
+//! The DAOS client of dpufs: one management client (leader discovery,
+//! version headers, DAOS's retry rules, typed errors) used by the operator,
+//! the CSI controller and the CLI; container administration behind a trait
+//! with an engine backend.
+
+pub mod containers;
+pub mod error;
+pub mod mgmt;
+pub mod ranks;
+mod session;
+
+pub use containers::{
+    ContainerAdmin, ContainerInfo, ContainerSpec, EngineContainers, Snapshot, SnapshotRef,
+};
+pub use error::{DaosError, Result};
+pub use mgmt::{
+    Acl, Member, MgmtClient, PoolCreated, PoolInfo, PoolSize, PoolSpec, PoolSummary, TierUsage,
+};
+pub use ranks::EngineRanks;
+pub use session::ClientConfig;

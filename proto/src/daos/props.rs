@@ -6,7 +6,8 @@
 use std::fmt;
 
 /// A property value as it travels: string or unsigned number.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
 pub enum PropValue {
     Str(String),
     Num(u64),

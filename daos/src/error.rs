@@ -1,0 +1,278 @@
+//! One typed error for everything the DAOS client does, decoded in one place
+//! from the shape DAOS puts on the wire (`daos-mgmt-wire.md` §4.2).
+
+use dpufs_proto::daos::der::Der;
+use dpufs_proto::daos::errinfo as ei;
+use dpufs_proto::daos::fault::FaultCode;
+use dpufs_proto::google::rpc;
+use prost::Message;
+use std::collections::HashMap;
+use std::time::Duration;
+use tonic::{Code, Status};
+
+/// What a DAOS call can fail with.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DaosError {
+    /// The pool, container or other entity does not exist.
+    #[error("not found: {message}")]
+    NotFound { message: String },
+    /// The entity already exists.
+    #[error("already exists: {message}")]
+    Exists { message: String },
+    /// Out of space (DER_NOSPACE).
+    #[error("no space: {message}")]
+    NoSpace { message: String },
+    /// The resource is busy (DER_BUSY).
+    #[error("busy: {message}")]
+    Busy { message: String },
+    /// Bad parameters (DER_INVAL or a plain server error about the request).
+    #[error("invalid request: {message}")]
+    Invalid { message: String },
+    /// The caller may not do this (DER_NO_PERM or gRPC PermissionDenied).
+    #[error("permission denied: {message}")]
+    PermissionDenied { message: String },
+    /// A control-plane fault, with DAOS's own words and what to do.
+    #[error("DAOS fault {code} ({domain}): {description}{}", hint(resolution))]
+    Fault {
+        code: u32,
+        domain: String,
+        description: String,
+        resolution: String,
+    },
+    /// The server speaks another DAOS version than this client (2.8).
+    #[error(
+        "incompatible DAOS server: {message} (dpufs speaks the DAOS {} management wire)",
+        dpufs_proto::daos::WIRE_VERSION
+    )]
+    Incompatible { message: String },
+    /// Any other DAOS error number.
+    #[error("{message}")]
+    Der { code: i32, message: String },
+    /// The callee is a replica but not the leader.
+    #[error("not the management service leader (leader hint {leader_hint:?})")]
+    NotLeader {
+        leader_hint: String,
+        replicas: Vec<String>,
+    },
+    /// The callee is not a management-service replica.
+    #[error("not a management service replica (replicas {replicas:?})")]
+    NotReplica { replicas: Vec<String> },
+    /// No endpoint could be reached.
+    #[error("no DAOS management endpoint reachable ({endpoints}): {cause}")]
+    Unreachable { endpoints: String, cause: String },
+    /// The call's deadline passed while retrying.
+    #[error("gave up after {0:?}: {1}")]
+    Timeout(Duration, Box<DaosError>),
+    /// A gRPC failure that carries no DAOS error.
+    #[error("gRPC {code:?}: {message}")]
+    Rpc { code: Code, message: String },
+    /// The client was set up wrongly (bad endpoint, unreadable certificate...).
+    #[error("client configuration: {0}")]
+    Config(String),
+}
+
+fn hint(resolution: &str) -> String {
+    if resolution.is_empty() {
+        String::new()
+    } else {
+        format!(" (hint: {resolution})")
+    }
+}
+
+pub type Result<T, E = DaosError> = std::result::Result<T, E>;
+
+impl DaosError {
+    /// Decodes a DAOS status code as found in a response body (0 is success).
+    pub fn from_der(code: i32, context: &str) -> DaosError {
+        let name = match Der::from_code(code) {
+            Some(d) => d.to_string(),
+            None => format!("DER_UNKNOWN({code})"),
+        };
+        let message = if context.is_empty() {
+            name
+        } else {
+            format!("{name}: {context}")
+        };
+        match Der::from_code(code) {
+            Some(Der::Nonexist | Der::Enoent | Der::ContNonexist) => {
+                DaosError::NotFound { message }
+            }
+            Some(Der::Exist) => DaosError::Exists { message },
+            Some(Der::NoSpace) => DaosError::NoSpace { message },
+            Some(Der::Busy) => DaosError::Busy { message },
+            Some(Der::Inval) => DaosError::Invalid { message },
+            Some(Der::NoPerm) => DaosError::PermissionDenied { message },
+            _ => DaosError::Der {
+                code: -code.abs(),
+                message,
+            },
+        }
+    }
+
+    /// Decodes a gRPC status from a DAOS (or dpufs engine) server.
+    pub fn from_status(status: &Status) -> DaosError {
+        let message = status.message().to_string();
+        if let Some(info) = error_info(status) {
+            return from_error_info(info, message);
+        }
+        match status.code() {
+            Code::PermissionDenied | Code::Unauthenticated => {
+                DaosError::PermissionDenied { message }
+            }
+            Code::Unavailable => DaosError::Unreachable {
+                endpoints: String::new(),
+                cause: message,
+            },
+            Code::Unknown if message.contains("unexpected pool create params") => {
+                DaosError::Invalid { message }
+            }
+            code => DaosError::Rpc { code, message },
+        }
+    }
+
+    /// The DER code behind this error, where there is one.
+    pub fn der(&self) -> Option<Der> {
+        let from = |m: &str| {
+            m.split_once('(')
+                .and_then(|(_, rest)| rest.split_once(')'))
+                .and_then(|(n, _)| n.parse::<i32>().ok())
+                .and_then(Der::from_code)
+        };
+        match self {
+            DaosError::Der { code, .. } => Der::from_code(*code),
+            DaosError::NotFound { message }
+            | DaosError::Exists { message }
+            | DaosError::NoSpace { message }
+            | DaosError::Busy { message }
+            | DaosError::Invalid { message }
+            | DaosError::PermissionDenied { message } => from(message),
+            _ => None,
+        }
+    }
+
+    /// The fault code behind this error, where there is one.
+    pub fn fault(&self) -> Option<FaultCode> {
+        match self {
+            DaosError::Fault { code, .. } => FaultCode::from_code(*code),
+            _ => None,
+        }
+    }
+
+    /// Whether DAOS's own clients would retry the call.
+    pub fn is_retryable(&self) -> bool {
+        self.der().is_some_and(Der::is_retryable)
+            || self.fault().is_some_and(FaultCode::is_retryable)
+    }
+}
+
+fn error_info(status: &Status) -> Option<rpc::ErrorInfo> {
+    let details = rpc::Status::decode(status.details()).ok()?;
+    details
+        .details
+        .iter()
+        .find_map(|any| any.to_msg::<rpc::ErrorInfo>().ok())
+}
+
+fn from_error_info(info: rpc::ErrorInfo, message: String) -> DaosError {
+    let md = |k: &str| info.metadata.get(k).cloned().unwrap_or_default();
+    let list = |k: &str| serde_json::from_str::<Vec<String>>(&md(k)).unwrap_or_default();
+    match info.reason.as_str() {
+        ei::REASON_DAOS_STATUS => match md(ei::KEY_STATUS).parse::<i32>() {
+            Ok(code) => DaosError::from_der(code, &detail_of(&message)),
+            Err(_) => DaosError::Rpc {
+                code: Code::Internal,
+                message,
+            },
+        },
+        ei::REASON_FAULT => {
+            let code: u32 = md(ei::KEY_FAULT_CODE).parse().unwrap_or(0);
+            let description = md(ei::KEY_FAULT_DESCRIPTION);
+            match FaultCode::from_code(code) {
+                Some(FaultCode::IncompatibleComponents | FaultCode::NoCompatibilityInsecure) => {
+                    DaosError::Incompatible {
+                        message: description,
+                    }
+                }
+                _ => DaosError::Fault {
+                    code,
+                    domain: md(ei::KEY_FAULT_DOMAIN),
+                    description,
+                    resolution: md(ei::KEY_FAULT_RESOLUTION),
+                },
+            }
+        }
+        ei::REASON_NOT_LEADER => DaosError::NotLeader {
+            leader_hint: md(ei::KEY_LEADER_HINT),
+            replicas: list(ei::KEY_REPLICAS),
+        },
+        ei::REASON_NOT_REPLICA => DaosError::NotReplica {
+            replicas: list(ei::KEY_REPLICAS),
+        },
+        ei::REASON_POOL_NOT_FOUND => DaosError::NotFound {
+            message: pool_not_found_text(&md(ei::KEY_POOL_INFO), &message),
+        },
+        _ => DaosError::Rpc {
+            code: Code::Internal,
+            message,
+        },
+    }
+}
+
+/// The server's words after the `DER_X(-n): description: ` prefix it adds.
+fn detail_of(message: &str) -> String {
+    message
+        .splitn(3, ": ")
+        .nth(2)
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn pool_not_found_text(info: &str, message: &str) -> String {
+    let parsed: HashMap<String, Option<serde_json::Value>> =
+        serde_json::from_str(info).unwrap_or_default();
+    let field = |k: &str| {
+        parsed
+            .get(k)
+            .cloned()
+            .flatten()
+            .and_then(|v| v.as_str().map(str::to_string))
+    };
+    match field("Label").or_else(|| field("UUID")) {
+        Some(id) => format!("pool {id:?} ({message})"),
+        None => message.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_status_codes_map_to_kinds() {
+        assert!(matches!(
+            DaosError::from_der(-1005, "x"),
+            DaosError::NotFound { .. }
+        ));
+        assert!(matches!(
+            DaosError::from_der(-1007, "x"),
+            DaosError::NoSpace { .. }
+        ));
+        assert!(matches!(
+            DaosError::from_der(-1012, "x"),
+            DaosError::Busy { .. }
+        ));
+        let again = DaosError::from_der(-1013, "x");
+        assert_eq!(again.der(), Some(Der::Again));
+        assert!(again.is_retryable());
+        assert_eq!(DaosError::from_der(-1003, "x").der(), Some(Der::Inval));
+        assert!(!DaosError::from_der(-1003, "x").is_retryable());
+    }
+
+    #[test]
+    fn plain_status_codes() {
+        let e = DaosError::from_status(&Status::permission_denied("no"));
+        assert!(matches!(e, DaosError::PermissionDenied { .. }));
+        let e = DaosError::from_status(&Status::unknown("unexpected pool create params: x"));
+        assert!(matches!(e, DaosError::Invalid { .. }));
+    }
+}

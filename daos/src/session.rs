@@ -1,0 +1,292 @@
+//! Connections to the DAOS management service: channels per endpoint, leader
+//! discovery, DAOS's version headers, and DAOS's retry rules
+//! (`daos-mgmt-wire.md` §2.5, §2.6).
+
+use crate::error::{DaosError, Result};
+use dpufs_proto::daos::{COMPONENT_HEADER, VERSION_HEADER, WIRE_VERSION};
+use dpufs_proto::mgmt::{LeaderQueryReq, mgmt_svc_client::MgmtSvcClient};
+use rand::seq::{IndexedRandom, SliceRandom};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status};
+
+/// How DAOS clients pace retries: from 250 ms, doubling, capped near 8 s.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(8);
+/// dmg asks at most this many hosts at once when looking for the leader.
+const MAX_DISCOVERY_HOSTS: usize = 5;
+/// Redirects (NotLeader/NotReplica) followed before giving up.
+const MAX_REDIRECTS: usize = 8;
+
+/// Where and how to reach the DAOS management service.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// `host:port` or `unix:/path` of management-service hosts.
+    pub endpoints: Vec<String>,
+    /// DAOS system name.
+    pub system: String,
+    /// Deadline of ordinary requests, retries included (DAOS: 5 minutes).
+    pub request_timeout: Duration,
+    /// Deadline of PoolCreate (DAOS: 10 minutes).
+    pub create_timeout: Duration,
+    /// How long one connection attempt may take.
+    pub connect_timeout: Duration,
+}
+
+impl ClientConfig {
+    /// DAOS's defaults for the given endpoints.
+    pub fn new(endpoints: Vec<String>) -> ClientConfig {
+        ClientConfig {
+            endpoints,
+            system: dpufs_proto::daos::DEFAULT_SYSTEM.to_string(),
+            request_timeout: Duration::from_secs(300),
+            create_timeout: Duration::from_secs(600),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Shared connection state of one client.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub cfg: ClientConfig,
+    channels: Mutex<HashMap<String, Channel>>,
+    leader: Mutex<Option<String>>,
+}
+
+impl Session {
+    pub fn new(cfg: ClientConfig) -> Result<Session> {
+        if cfg.endpoints.is_empty() {
+            return Err(DaosError::Config("no management endpoints given".into()));
+        }
+        for ep in &cfg.endpoints {
+            endpoint_uri(ep)?;
+        }
+        Ok(Session {
+            cfg,
+            channels: Mutex::new(HashMap::new()),
+            leader: Mutex::new(None),
+        })
+    }
+
+    async fn channel(&self, endpoint: &str) -> Result<Channel> {
+        if let Some(ch) = self.channels.lock().expect("channels lock").get(endpoint) {
+            return Ok(ch.clone());
+        }
+        let ch = Endpoint::from_shared(endpoint_uri(endpoint)?)
+            .map_err(|e| DaosError::Config(format!("endpoint {endpoint:?}: {e}")))?
+            .connect_timeout(self.cfg.connect_timeout)
+            .connect()
+            .await
+            .map_err(|e| DaosError::Unreachable {
+                endpoints: endpoint.to_string(),
+                cause: error_chain(&e),
+            })?;
+        self.channels
+            .lock()
+            .expect("channels lock")
+            .insert(endpoint.to_string(), ch.clone());
+        Ok(ch)
+    }
+
+    fn forget(&self, endpoint: &str) {
+        self.channels
+            .lock()
+            .expect("channels lock")
+            .remove(endpoint);
+        let mut leader = self.leader.lock().expect("leader lock");
+        if leader.as_deref() == Some(endpoint) {
+            *leader = None;
+        }
+    }
+
+    /// A request with DAOS's version headers and the remaining deadline.
+    fn request<T>(&self, msg: T, remaining: Duration) -> Request<T> {
+        let mut req = Request::new(msg);
+        let md = req.metadata_mut();
+        md.insert(COMPONENT_HEADER, "admin".parse().expect("ascii"));
+        md.insert(VERSION_HEADER, WIRE_VERSION.parse().expect("ascii"));
+        req.set_timeout(remaining);
+        req
+    }
+
+    /// The endpoint of the management-service leader: asks up to five random
+    /// endpoints at once and takes the first answer.
+    async fn leader(&self) -> Result<String> {
+        if let Some(l) = self.leader.lock().expect("leader lock").clone() {
+            return Ok(l);
+        }
+        let mut candidates = self.cfg.endpoints.clone();
+        candidates.shuffle(&mut rand::rng());
+        candidates.truncate(MAX_DISCOVERY_HOSTS);
+        let asks = candidates.iter().map(|ep| Box::pin(self.ask_leader(ep)));
+        let (leader, _) = futures::future::select_ok(asks)
+            .await
+            .map_err(|e| match e {
+                DaosError::Unreachable { cause, .. } => DaosError::Unreachable {
+                    endpoints: candidates.join(", "),
+                    cause,
+                },
+                other => other,
+            })?;
+        *self.leader.lock().expect("leader lock") = Some(leader.clone());
+        Ok(leader)
+    }
+
+    async fn ask_leader(&self, endpoint: &str) -> Result<String> {
+        let ch = self.channel(endpoint).await?;
+        let req = self.request(
+            LeaderQueryReq {
+                sys: self.cfg.system.clone(),
+                hosts: String::new(),
+            },
+            self.cfg.connect_timeout,
+        );
+        let resp = MgmtSvcClient::new(ch)
+            .leader_query(req)
+            .await
+            .map_err(|s| DaosError::from_status(&s))?
+            .into_inner();
+        // A unix-socket endpoint, or a leader naming itself, is used as given:
+        // its advertised TCP address may not be reachable from here.
+        let own = endpoint.starts_with("unix:")
+            || resp.current_leader.is_empty()
+            || resp.replicas.len() <= 1;
+        Ok(if own {
+            endpoint.to_string()
+        } else {
+            resp.current_leader
+        })
+    }
+
+    /// Calls the leader with DAOS's redirect and retry rules until `timeout`.
+    pub async fn call<Req, Resp, F, Fut>(&self, timeout: Duration, msg: Req, rpc: F) -> Result<Resp>
+    where
+        Req: Clone,
+        F: Fn(Channel, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
+        let deadline = Instant::now() + timeout;
+        let mut backoff = FIRST_BACKOFF;
+        let mut redirects = 0;
+        let mut target = self.leader().await?;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let ch = match self.channel(&target).await {
+                Ok(ch) => ch,
+                Err(e) => {
+                    self.forget(&target);
+                    return Err(e);
+                }
+            };
+            let err = match rpc(ch, self.request(msg.clone(), remaining)).await {
+                Ok(resp) => return Ok(resp.into_inner()),
+                Err(status) => DaosError::from_status(&status),
+            };
+            match err {
+                DaosError::NotLeader {
+                    leader_hint,
+                    replicas,
+                } if redirects < MAX_REDIRECTS => {
+                    redirects += 1;
+                    target = if leader_hint.is_empty() {
+                        pick(&replicas)?
+                    } else {
+                        leader_hint
+                    };
+                    *self.leader.lock().expect("leader lock") = Some(target.clone());
+                }
+                DaosError::NotReplica { replicas } if redirects < MAX_REDIRECTS => {
+                    redirects += 1;
+                    target = pick(&replicas)?;
+                }
+                DaosError::Unreachable { .. } => {
+                    self.forget(&target);
+                    return Err(err);
+                }
+                e if e.is_retryable() => {
+                    if Instant::now() + backoff >= deadline {
+                        return Err(DaosError::Timeout(timeout, Box::new(e)));
+                    }
+                    tracing::debug!(error = %e, ?backoff, "retrying DAOS request");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                e => return Err(e),
+            }
+        }
+    }
+}
+
+fn pick(replicas: &[String]) -> Result<String> {
+    replicas
+        .choose(&mut rand::rng())
+        .cloned()
+        .ok_or_else(|| DaosError::Unreachable {
+            endpoints: String::new(),
+            cause: "redirected without a replica list".into(),
+        })
+}
+
+/// `host:port` → `http://host:port`; `unix:/path` → `unix:///path`.
+fn endpoint_uri(endpoint: &str) -> Result<String> {
+    if let Some(path) = endpoint.strip_prefix("unix:") {
+        let path = path.trim_start_matches("//");
+        if !path.starts_with('/') {
+            return Err(DaosError::Config(format!(
+                "unix endpoint {endpoint:?} needs an absolute path"
+            )));
+        }
+        return Ok(format!("unix://{path}"));
+    }
+    if endpoint.is_empty() || endpoint.contains("://") {
+        return Err(DaosError::Config(format!(
+            "endpoint {endpoint:?}: use HOST:PORT or unix:/PATH"
+        )));
+    }
+    let with_port = if endpoint
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        endpoint.to_string()
+    } else {
+        format!("{endpoint}:{}", dpufs_proto::daos::DEFAULT_PORT)
+    };
+    Ok(format!("http://{with_port}"))
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_become_uris() {
+        assert_eq!(
+            endpoint_uri("10.0.0.1:10001").unwrap(),
+            "http://10.0.0.1:10001"
+        );
+        assert_eq!(endpoint_uri("daos-1").unwrap(), "http://daos-1:10001");
+        assert_eq!(
+            endpoint_uri("unix:/run/e.sock").unwrap(),
+            "unix:///run/e.sock"
+        );
+        assert!(endpoint_uri("unix:rel.sock").is_err());
+        assert!(endpoint_uri("http://x:1").is_err());
+        assert!(Session::new(ClientConfig::new(vec![])).is_err());
+    }
+}
