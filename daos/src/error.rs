@@ -123,6 +123,18 @@ impl DaosError {
                 endpoints: String::new(),
                 cause: message,
             },
+            // Raised locally by the channel (a status from the server has no source).
+            Code::Unknown if std::error::Error::source(status).is_some() => {
+                DaosError::Unreachable {
+                    endpoints: String::new(),
+                    cause: format!(
+                        "{message}: {}",
+                        std::error::Error::source(status)
+                            .map(|s| s.to_string())
+                            .unwrap_or_default()
+                    ),
+                }
+            }
             Code::Unknown if message.contains("unexpected pool create params") => {
                 DaosError::Invalid { message }
             }

@@ -1,1 +1,139 @@
-//! placeholder
+//! Harness for end-to-end scenarios on real processes: locating the workspace's
+//! binaries and running a `dpufs-engine` that is killed when dropped.
+
+use anyhow::{Context, bail};
+use dpufs_daos::{ClientConfig, MgmtClient};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The directory holding the workspace's binaries (`target/debug`).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/debug/deps/<test> → target/debug
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf()
+}
+
+/// Path of a workspace binary, brought up to date once per test process:
+/// `cargo test -p dpufs-e2e` alone does not rebuild other packages' binaries.
+pub fn binary(name: &str, package: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if !built.iter().any(|b| b == name) {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", package, "--bin", name])
+            .status()
+            .expect("running cargo build");
+        assert!(status.success(), "cargo build -p {package} failed");
+        built.push(name.to_string());
+    }
+    bin_dir().join(name)
+}
+
+/// Options of an engine under test.
+#[derive(Debug, Clone)]
+pub struct EngineOpts {
+    pub ranks: u32,
+    pub capacity: u64,
+}
+
+impl Default for EngineOpts {
+    fn default() -> Self {
+        EngineOpts {
+            ranks: 1,
+            capacity: 8 << 30,
+        }
+    }
+}
+
+/// A running `dpufs-engine` process; killed on drop.
+#[derive(Debug)]
+pub struct EngineProcess {
+    child: Child,
+    pub data_dir: PathBuf,
+    pub addr: String,
+    pub opts: EngineOpts,
+}
+
+impl EngineProcess {
+    /// Starts an engine on a free loopback port with its data in `data_dir`.
+    pub fn start(data_dir: &Path, opts: EngineOpts) -> anyhow::Result<EngineProcess> {
+        Self::start_on(data_dir, opts, "127.0.0.1:0")
+    }
+
+    fn start_on(data_dir: &Path, opts: EngineOpts, listen: &str) -> anyhow::Result<EngineProcess> {
+        let mut child = Command::new(binary("dpufs-engine", "dpufs-engine"))
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--listen", listen, "--insecure"])
+            .args(["--ranks", &opts.ranks.to_string()])
+            .args(["--capacity", &opts.capacity.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("spawning dpufs-engine")?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let Some(addr) = line
+            .strip_prefix("dpufs-engine listening on ")
+            .and_then(|rest| rest.split_whitespace().next())
+        else {
+            let _ = child.kill();
+            bail!("engine did not announce itself; first line was {line:?}");
+        };
+        Ok(EngineProcess {
+            addr: addr.to_string(),
+            child,
+            data_dir: data_dir.to_path_buf(),
+            opts,
+        })
+    }
+
+    /// Kills the engine with SIGKILL (a crash) and starts it again on the same
+    /// address and data directory.
+    pub fn crash_and_restart(&mut self) -> anyhow::Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match Self::start_on(&self.data_dir, self.opts.clone(), &self.addr) {
+                Ok(new) => {
+                    *self = new;
+                    return Ok(());
+                }
+                // The port may linger briefly after the kill.
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("restart attempt failed: {e:#}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Stops the engine for good (SIGKILL) and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// A management client for this engine.
+    pub fn client(&self) -> MgmtClient {
+        let mut cfg = ClientConfig::new(vec![self.addr.clone()]);
+        // Keep retried failures short in tests.
+        cfg.request_timeout = Duration::from_secs(20);
+        MgmtClient::new(cfg).expect("valid client config")
+    }
+}
+
+impl Drop for EngineProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
