@@ -3,11 +3,13 @@
 //! the CSI controller and the CLI; container administration behind a trait
 //! with an engine backend.
 
+pub mod certs;
 pub mod containers;
 pub mod error;
 pub mod mgmt;
 pub mod ranks;
 mod session;
+pub mod tls;
 
 pub use containers::{
     ContainerAdmin, ContainerInfo, ContainerSpec, EngineContainers, Snapshot, SnapshotRef,
@@ -17,4 +19,5 @@ pub use mgmt::{
     Acl, Member, MgmtClient, PoolCreated, PoolInfo, PoolSize, PoolSpec, PoolSummary, TierUsage,
 };
 pub use ranks::EngineRanks;
-pub use session::ClientConfig;
+pub use session::{ClientConfig, Security};
+pub use tls::TlsFiles;

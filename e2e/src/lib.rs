@@ -40,6 +40,8 @@ pub fn binary(name: &str, package: &str) -> PathBuf {
 pub struct EngineOpts {
     pub ranks: u32,
     pub capacity: u64,
+    /// Serve mutual TLS with the certificates in this directory.
+    pub tls_dir: Option<PathBuf>,
 }
 
 impl Default for EngineOpts {
@@ -47,6 +49,7 @@ impl Default for EngineOpts {
         EngineOpts {
             ranks: 1,
             capacity: 8 << 30,
+            tls_dir: None,
         }
     }
 }
@@ -67,10 +70,15 @@ impl EngineProcess {
     }
 
     fn start_on(data_dir: &Path, opts: EngineOpts, listen: &str) -> anyhow::Result<EngineProcess> {
-        let mut child = Command::new(binary("dpufs-engine", "dpufs-engine"))
+        let mut cmd = Command::new(binary("dpufs-engine", "dpufs-engine"));
+        match &opts.tls_dir {
+            Some(dir) => cmd.arg("--tls-dir").arg(dir),
+            None => cmd.arg("--insecure"),
+        };
+        let mut child = cmd
             .arg("--data-dir")
             .arg(data_dir)
-            .args(["--listen", listen, "--insecure"])
+            .args(["--listen", listen])
             .args(["--ranks", &opts.ranks.to_string()])
             .args(["--capacity", &opts.capacity.to_string()])
             .stdout(Stdio::piped())

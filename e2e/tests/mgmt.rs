@@ -112,11 +112,14 @@ async fn create_is_idempotent_by_uuid_and_labels_are_unique() {
     assert_eq!(c.list_pools().await.unwrap().len(), 1);
 }
 
+/// What a bad-input case must fail with.
+type Expect = Box<dyn Fn(&DaosError) -> bool>;
+
 #[tokio::test]
 async fn bad_input_gets_daos_errors_and_leaves_nothing() {
     let (_d, e) = engine(EngineOpts::default());
     let c = e.client();
-    let mut cases: Vec<(&str, PoolSpec, Box<dyn Fn(&DaosError) -> bool>)> = Vec::new();
+    let mut cases: Vec<(&str, PoolSpec, Expect)> = Vec::new();
 
     let mut no_label = PoolSpec::new("", PoolSize::total(GIB));
     no_label.label.clear();

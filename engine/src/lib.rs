@@ -17,6 +17,7 @@ pub mod server;
 pub mod service;
 pub mod store;
 pub mod system;
+pub mod tls;
 pub mod version;
 
 pub use engine::{Engine, EngineConfig};

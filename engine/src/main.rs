@@ -2,7 +2,7 @@
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use dpufs_engine::server::{router, serve_tcp, serve_unix};
+use dpufs_engine::server::{router, serve_tcp, serve_tls, serve_unix};
 use dpufs_engine::service::EngineServices;
 use dpufs_engine::{Engine, EngineConfig};
 use std::net::SocketAddr;
@@ -49,14 +49,14 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
-    if args.tls_dir.is_some() {
-        bail!("mutual TLS is not available in this build yet; run with --insecure");
-    }
-    if !args.insecure {
-        bail!(
-            "DAOS's default is mutual TLS, which this build cannot serve yet: pass --insecure explicitly"
-        );
-    }
+    let acceptor = match (&args.tls_dir, args.insecure) {
+        (Some(dir), _) => Some(
+            dpufs_engine::tls::acceptor(dir)
+                .with_context(|| format!("loading the TLS certificates in {}", dir.display()))?,
+        ),
+        (None, true) => None,
+        (None, false) => bail!("give --tls-dir DIR (DAOS's default, mutual TLS) or --insecure"),
+    };
     if args.ranks == 0 || args.targets == 0 {
         bail!("--ranks and --targets must be at least 1");
     }
@@ -77,6 +77,9 @@ async fn main() -> anyhow::Result<()> {
     };
 
     if let Some(path) = args.listen.strip_prefix("unix:") {
+        if acceptor.is_some() {
+            bail!("TLS is served on TCP only; use --insecure with a unix socket");
+        }
         let _ = std::fs::remove_file(path);
         let listener =
             tokio::net::UnixListener::bind(path).with_context(|| format!("binding {path}"))?;
@@ -90,7 +93,11 @@ async fn main() -> anyhow::Result<()> {
         let local = listener.local_addr()?;
         let engine = start(cfg, local).await?;
         announce(&engine, &local.to_string())?;
-        serve_tcp(router(EngineServices::new(engine))?, listener, shutdown).await
+        let router = router(EngineServices::new(engine))?;
+        match acceptor {
+            Some(acceptor) => serve_tls(router, listener, acceptor, shutdown).await,
+            None => serve_tcp(router, listener, shutdown).await,
+        }
     }
 }
 

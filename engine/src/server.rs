@@ -45,3 +45,16 @@ pub async fn serve_unix(
         .await?;
     Ok(())
 }
+
+/// Serves DAOS's mutual TLS on a bound TCP listener.
+pub async fn serve_tls(
+    router: Router,
+    listener: tokio::net::TcpListener,
+    acceptor: openssl::ssl::SslAcceptor,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    router
+        .serve_with_incoming_shutdown(crate::tls::incoming(listener, acceptor), shutdown)
+        .await?;
+    Ok(())
+}

@@ -17,6 +17,20 @@ use tonic::{Request, Response, Status};
 #[derive(Debug, Clone)]
 pub struct PeerCn(pub String);
 
+/// DAOS's server-side checks, in its interceptor order: version (and system
+/// name), then, in secure mode, the certificate CN against the method's
+/// allow-list.
+fn authorize<T>(req: &Request<T>, method: &str, system: &str, sys: &str) -> Result<(), Status> {
+    let peer_cn = req.extensions().get::<PeerCn>().map(|p| p.0.as_str());
+    check_caller(req.metadata(), sys, system, peer_cn)?;
+    match peer_cn {
+        Some(cn) if !crate::tls::allowed(method, cn) => Err(Status::permission_denied(format!(
+            "{cn:?} may not call {method}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Every gRPC service of the engine, sharing one engine.
 #[derive(Debug, Clone)]
 pub struct EngineServices {
@@ -30,6 +44,7 @@ impl EngineServices {
 
     async fn call<Req, Resp>(
         &self,
+        method: &'static str,
         req: Request<Req>,
         sys: impl FnOnce(&Req) -> &str,
         f: impl FnOnce(&Engine, Req) -> Result<Resp> + Send + 'static,
@@ -38,14 +53,7 @@ impl EngineServices {
         Req: Send + 'static,
         Resp: Send + 'static,
     {
-        let peer_cn = req.extensions().get::<PeerCn>().map(|p| p.0.clone());
-        check_caller(
-            req.metadata(),
-            sys(req.get_ref()),
-            &self.engine.cfg.system,
-            peer_cn.as_deref(),
-        )
-        .map_err(Status::from)?;
+        authorize(&req, method, &self.engine.cfg.system, sys(req.get_ref()))?;
         let engine = self.engine.clone();
         let inner = req.into_inner();
         let out = tokio::task::spawn_blocking(move || f(&engine, inner))
@@ -64,55 +72,64 @@ impl MgmtSvc for EngineServices {
         &self,
         r: Request<mgmt::LeaderQueryReq>,
     ) -> Result<Response<mgmt::LeaderQueryResp>, Status> {
-        self.call(r, |q| &q.sys, |e, q| e.leader_query(q)).await
+        self.call("LeaderQuery", r, |q| &q.sys, |e, q| e.leader_query(q))
+            .await
     }
     async fn pool_create(
         &self,
         r: Request<mgmt::PoolCreateReq>,
     ) -> Result<Response<mgmt::PoolCreateResp>, Status> {
-        self.call(r, |q| &q.sys, |e, q| e.pool_create(q)).await
+        self.call("PoolCreate", r, |q| &q.sys, |e, q| e.pool_create(q))
+            .await
     }
     async fn pool_destroy(
         &self,
         r: Request<mgmt::PoolDestroyReq>,
     ) -> Result<Response<mgmt::PoolDestroyResp>, Status> {
-        self.call(r, |q| &q.sys, |e, q| e.pool_destroy(q)).await
+        self.call("PoolDestroy", r, |q| &q.sys, |e, q| e.pool_destroy(q))
+            .await
     }
     async fn pool_evict(
         &self,
         r: Request<mgmt::PoolEvictReq>,
     ) -> Result<Response<mgmt::PoolEvictResp>, Status> {
-        self.call(r, |q| &q.sys, |e, q| e.pool_evict(q)).await
+        self.call("PoolEvict", r, |q| &q.sys, |e, q| e.pool_evict(q))
+            .await
     }
     async fn pool_query(
         &self,
         r: Request<mgmt::PoolQueryReq>,
     ) -> Result<Response<mgmt::PoolQueryResp>, Status> {
-        self.call(r, |q| &q.sys, |e, q| e.pool_query(q)).await
+        self.call("PoolQuery", r, |q| &q.sys, |e, q| e.pool_query(q))
+            .await
     }
     async fn pool_set_prop(
         &self,
         r: Request<mgmt::PoolSetPropReq>,
     ) -> Result<Response<mgmt::PoolSetPropResp>, Status> {
-        self.call(r, |q| &q.sys, |e, q| e.pool_set_prop(q)).await
+        self.call("PoolSetProp", r, |q| &q.sys, |e, q| e.pool_set_prop(q))
+            .await
     }
     async fn pool_get_prop(
         &self,
         r: Request<mgmt::PoolGetPropReq>,
     ) -> Result<Response<mgmt::PoolGetPropResp>, Status> {
-        self.call(r, |q| &q.sys, |e, q| e.pool_get_prop(q)).await
+        self.call("PoolGetProp", r, |q| &q.sys, |e, q| e.pool_get_prop(q))
+            .await
     }
     async fn pool_get_acl(
         &self,
         r: Request<mgmt::GetAclReq>,
     ) -> Result<Response<mgmt::AclResp>, Status> {
-        self.call(r, |q| &q.sys, |e, q| e.pool_get_acl(q)).await
+        self.call("PoolGetACL", r, |q| &q.sys, |e, q| e.pool_get_acl(q))
+            .await
     }
     async fn pool_overwrite_acl(
         &self,
         r: Request<mgmt::ModifyAclReq>,
     ) -> Result<Response<mgmt::AclResp>, Status> {
         self.call(
+            "PoolOverwriteACL",
             r,
             |q| &q.sys,
             |e, q| {
@@ -129,6 +146,7 @@ impl MgmtSvc for EngineServices {
         r: Request<mgmt::ModifyAclReq>,
     ) -> Result<Response<mgmt::AclResp>, Status> {
         self.call(
+            "PoolUpdateACL",
             r,
             |q| &q.sys,
             |e, q| {
@@ -144,6 +162,7 @@ impl MgmtSvc for EngineServices {
         r: Request<mgmt::DeleteAclReq>,
     ) -> Result<Response<mgmt::AclResp>, Status> {
         self.call(
+            "PoolDeleteACL",
             r,
             |q| &q.sys,
             |e, q| e.pool_modify_acl(&q.id, |cur| acl::delete_from_acl(cur, &q.principal)),
@@ -154,25 +173,29 @@ impl MgmtSvc for EngineServices {
         &self,
         r: Request<mgmt::ListPoolsReq>,
     ) -> Result<Response<mgmt::ListPoolsResp>, Status> {
-        self.call(r, |q| &q.sys, |e, q| e.list_pools(q)).await
+        self.call("ListPools", r, |q| &q.sys, |e, q| e.list_pools(q))
+            .await
     }
     async fn list_containers(
         &self,
         r: Request<mgmt::ListContReq>,
     ) -> Result<Response<mgmt::ListContResp>, Status> {
-        self.call(r, |q| &q.sys, |e, q| e.list_containers(q)).await
+        self.call("ListContainers", r, |q| &q.sys, |e, q| e.list_containers(q))
+            .await
     }
     async fn cont_set_owner(
         &self,
         r: Request<mgmt::ContSetOwnerReq>,
     ) -> Result<Response<mgmt::DaosResp>, Status> {
-        self.call(r, |q| &q.sys, |e, q| e.cont_set_owner(q)).await
+        self.call("ContSetOwner", r, |q| &q.sys, |e, q| e.cont_set_owner(q))
+            .await
     }
     async fn system_query(
         &self,
         r: Request<mgmt::SystemQueryReq>,
     ) -> Result<Response<mgmt::SystemQueryResp>, Status> {
-        self.call(r, |q| &q.sys, |e, q| e.system_query(q)).await
+        self.call("SystemQuery", r, |q| &q.sys, |e, q| e.system_query(q))
+            .await
     }
 }
 
@@ -187,43 +210,49 @@ impl ContainerSvc for EngineServices {
         &self,
         r: Request<eng::ContCreateReq>,
     ) -> Result<Response<eng::ContInfo>, Status> {
-        self.call(r, no_sys, |e, q| e.cont_create(q)).await
+        self.call("ContCreate", r, no_sys, |e, q| e.cont_create(q))
+            .await
     }
     async fn cont_destroy(
         &self,
         r: Request<eng::ContDestroyReq>,
     ) -> Result<Response<eng::ContDestroyResp>, Status> {
-        self.call(r, no_sys, |e, q| e.cont_destroy(q)).await
+        self.call("ContDestroy", r, no_sys, |e, q| e.cont_destroy(q))
+            .await
     }
     async fn cont_query(
         &self,
         r: Request<eng::ContRef>,
     ) -> Result<Response<eng::ContInfo>, Status> {
-        self.call(r, no_sys, |e, q| e.cont_query(q)).await
+        self.call("ContQuery", r, no_sys, |e, q| e.cont_query(q))
+            .await
     }
     async fn cont_list(
         &self,
         r: Request<eng::ContListReq>,
     ) -> Result<Response<eng::ContListResp>, Status> {
-        self.call(r, no_sys, |e, q| e.cont_list(q)).await
+        self.call("ContList", r, no_sys, |e, q| e.cont_list(q))
+            .await
     }
     async fn cont_set_prop(
         &self,
         r: Request<eng::ContSetPropReq>,
     ) -> Result<Response<eng::ContInfo>, Status> {
-        self.call(r, no_sys, |e, q| e.cont_set_prop(q)).await
+        self.call("ContSetProp", r, no_sys, |e, q| e.cont_set_prop(q))
+            .await
     }
     async fn cont_get_acl(
         &self,
         r: Request<eng::ContRef>,
     ) -> Result<Response<eng::ContAclResp>, Status> {
-        self.call(r, no_sys, |e, q| e.cont_get_acl(q)).await
+        self.call("ContGetAcl", r, no_sys, |e, q| e.cont_get_acl(q))
+            .await
     }
     async fn cont_overwrite_acl(
         &self,
         r: Request<eng::ContModifyAclReq>,
     ) -> Result<Response<eng::ContAclResp>, Status> {
-        self.call(r, no_sys, |e, q| {
+        self.call("ContOverwriteAcl", r, no_sys, |e, q| {
             e.cont_modify_acl(q.cont, |_| {
                 acl::check_acl(&q.entries, AclTarget::Container)?;
                 Ok(q.entries.clone())
@@ -235,7 +264,7 @@ impl ContainerSvc for EngineServices {
         &self,
         r: Request<eng::ContModifyAclReq>,
     ) -> Result<Response<eng::ContAclResp>, Status> {
-        self.call(r, no_sys, |e, q| {
+        self.call("ContUpdateAcl", r, no_sys, |e, q| {
             e.cont_modify_acl(q.cont, |cur| {
                 acl::update_acl(cur, &q.entries, AclTarget::Container)
             })
@@ -246,7 +275,7 @@ impl ContainerSvc for EngineServices {
         &self,
         r: Request<eng::ContDeleteAclReq>,
     ) -> Result<Response<eng::ContAclResp>, Status> {
-        self.call(r, no_sys, |e, q| {
+        self.call("ContDeleteAcl", r, no_sys, |e, q| {
             e.cont_modify_acl(q.cont, |cur| acl::delete_from_acl(cur, &q.principal))
         })
         .await
@@ -255,50 +284,50 @@ impl ContainerSvc for EngineServices {
         &self,
         r: Request<eng::ContSetAttrReq>,
     ) -> Result<Response<eng::ContAttrResp>, Status> {
-        self.call(r, no_sys, |e, q| e.cont_set_attr(q)).await
+        self.call("ContSetAttr", r, no_sys, |e, q| e.cont_set_attr(q))
+            .await
     }
     async fn cont_get_attr(
         &self,
         r: Request<eng::ContRef>,
     ) -> Result<Response<eng::ContAttrResp>, Status> {
-        self.call(r, no_sys, |e, q| e.cont_get_attr(q)).await
+        self.call("ContGetAttr", r, no_sys, |e, q| e.cont_get_attr(q))
+            .await
     }
     async fn snapshot_create(
         &self,
         r: Request<eng::SnapshotCreateReq>,
     ) -> Result<Response<eng::Snapshot>, Status> {
-        self.call(r, no_sys, |e, q| e.snapshot_create(q)).await
+        self.call("SnapshotCreate", r, no_sys, |e, q| e.snapshot_create(q))
+            .await
     }
     async fn snapshot_list(
         &self,
         r: Request<eng::ContRef>,
     ) -> Result<Response<eng::SnapshotListResp>, Status> {
-        self.call(r, no_sys, |e, q| e.snapshot_list(q)).await
+        self.call("SnapshotList", r, no_sys, |e, q| e.snapshot_list(q))
+            .await
     }
     async fn snapshot_destroy(
         &self,
         r: Request<eng::SnapshotDestroyReq>,
     ) -> Result<Response<eng::SnapshotListResp>, Status> {
-        self.call(r, no_sys, |e, q| e.snapshot_destroy(q)).await
+        self.call("SnapshotDestroy", r, no_sys, |e, q| e.snapshot_destroy(q))
+            .await
     }
 }
 
 #[tonic::async_trait]
 impl RankControl for EngineServices {
     async fn rank_stop(&self, r: Request<eng::RankReq>) -> Result<Response<eng::RankResp>, Status> {
-        self.call(r, no_sys, |e, q| e.rank_stop(q)).await
+        self.call("RankStop", r, no_sys, |e, q| e.rank_stop(q))
+            .await
     }
     async fn rank_start(
         &self,
         r: Request<eng::RankReq>,
     ) -> Result<Response<eng::RankResp>, Status> {
-        let peer_cn = r.extensions().get::<PeerCn>().map(|p| p.0.clone());
-        check_caller(
-            r.metadata(),
-            "",
-            &self.engine.cfg.system,
-            peer_cn.as_deref(),
-        )?;
+        authorize(&r, "RankStart", &self.engine.cfg.system, "")?;
         let resp = self.engine.rank_start(r.into_inner()).await?;
         Ok(Response::new(resp))
     }

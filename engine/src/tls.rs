@@ -1,0 +1,166 @@
+//! DAOS's mutual TLS on the server side (`daos-mgmt-wire.md` §2.2): TLS 1.2
+//! only, `TLS_RSA_WITH_AES_256_GCM_SHA384` only, a client certificate chaining
+//! to the DAOS CA required, ALPN `h2`. The client certificate's CN reaches each
+//! RPC as [`PeerCn`] for the per-method allow-list in [`allowed`].
+
+use crate::service::PeerCn;
+use openssl::nid::Nid;
+use openssl::ssl::{AlpnError, SslAcceptor, SslFiletype, SslMethod, SslVerifyMode, SslVersion};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_openssl::SslStream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::Connected;
+
+/// The one cipher suite DAOS accepts, in OpenSSL's naming.
+pub const DAOS_CIPHER: &str = "AES256-GCM-SHA384";
+
+/// Which certificate CNs may call which RPC (DAOS's `grpc_authorization.go`
+/// for the RPCs the engine serves; the engine's own services are admin-only).
+pub fn allowed(method: &str, cn: &str) -> bool {
+    match method {
+        "PoolEvict" => matches!(cn, "admin" | "agent"),
+        _ => cn == "admin",
+    }
+}
+
+fn check_mode(path: &Path, max: u32) -> anyhow::Result<()> {
+    let mode = std::fs::metadata(path)?.permissions().mode() & 0o777;
+    anyhow::ensure!(
+        mode & !max == 0,
+        "{} has mode {mode:o}; DAOS allows at most {max:o}",
+        path.display()
+    );
+    Ok(())
+}
+
+/// The acceptor from `DIR/daosCA.crt`, `DIR/server.crt`, `DIR/server.key`.
+pub fn acceptor(dir: &Path) -> anyhow::Result<SslAcceptor> {
+    let (ca, cert, key) = (
+        dir.join("daosCA.crt"),
+        dir.join("server.crt"),
+        dir.join("server.key"),
+    );
+    check_mode(&key, 0o400)?;
+    check_mode(&cert, 0o664)?;
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server())?;
+    b.set_min_proto_version(Some(SslVersion::TLS1_2))?;
+    b.set_max_proto_version(Some(SslVersion::TLS1_2))?;
+    b.set_cipher_list(DAOS_CIPHER)?;
+    b.set_ca_file(&ca)?;
+    b.set_certificate_chain_file(&cert)?;
+    b.set_private_key_file(&key, SslFiletype::PEM)?;
+    b.check_private_key()?;
+    b.set_verify(SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT);
+    b.set_alpn_select_callback(|_, offered| {
+        openssl::ssl::select_next_proto(b"\x02h2", offered).ok_or(AlpnError::NOACK)
+    });
+    Ok(b.build())
+}
+
+/// An accepted, handshaken TLS connection carrying its peer's CN.
+#[derive(Debug)]
+pub struct TlsConn {
+    stream: SslStream<TcpStream>,
+    cn: String,
+}
+
+impl Connected for TlsConn {
+    type ConnectInfo = PeerCn;
+    fn connect_info(&self) -> PeerCn {
+        PeerCn(self.cn.clone())
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+async fn handshake(acceptor: &SslAcceptor, tcp: TcpStream) -> anyhow::Result<TlsConn> {
+    tcp.set_nodelay(true)?;
+    let ssl = openssl::ssl::Ssl::new(acceptor.context())?;
+    let mut stream = SslStream::new(ssl, tcp)?;
+    Pin::new(&mut stream).accept().await?;
+    let cn = stream
+        .ssl()
+        .peer_certificate()
+        .and_then(|c| {
+            let entry = c.subject_name().entries_by_nid(Nid::COMMONNAME).next()?;
+            entry.data().to_string().ok()
+        })
+        .unwrap_or_default();
+    Ok(TlsConn { stream, cn })
+}
+
+/// Accepts TCP connections and yields those that complete the handshake; each
+/// handshake runs in its own task so a slow client cannot stall the others.
+pub fn incoming(
+    listener: TcpListener,
+    acceptor: SslAcceptor,
+) -> ReceiverStream<std::io::Result<TlsConn>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let acceptor = Arc::new(acceptor);
+    tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            };
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                match handshake(&acceptor, tcp).await {
+                    Ok(conn) => {
+                        let _ = tx.send(Ok(conn)).await;
+                    }
+                    Err(e) => tracing::info!(%peer, error = %e, "TLS handshake refused"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::allowed;
+
+    #[test]
+    fn allow_list_follows_daos() {
+        assert!(allowed("PoolCreate", "admin"));
+        assert!(!allowed("PoolCreate", "agent"));
+        assert!(!allowed("PoolCreate", "server"));
+        assert!(allowed("PoolEvict", "agent"));
+        assert!(!allowed("ListPools", "agent"));
+        assert!(!allowed("ContCreate", "agent"));
+    }
+}
