@@ -172,6 +172,11 @@ impl Session {
         if let Some(l) = self.leader.lock().expect("leader lock").clone() {
             return Ok(l);
         }
+        // With one endpoint there is nothing to choose: talk to it and follow
+        // its NotLeader/NotReplica redirects, as dmg does.
+        if let [only] = self.cfg.endpoints.as_slice() {
+            return Ok(only.clone());
+        }
         let mut candidates = self.cfg.endpoints.clone();
         candidates.shuffle(&mut rand::rng());
         candidates.truncate(MAX_DISCOVERY_HOSTS);
@@ -227,6 +232,7 @@ impl Session {
         let deadline = Instant::now() + timeout;
         let mut backoff = FIRST_BACKOFF;
         let mut redirects = 0;
+        let mut reconnected = false;
         let mut target = self.leader().await?;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -257,6 +263,13 @@ impl Session {
                 DaosError::NotReplica { replicas } if redirects < MAX_REDIRECTS => {
                     redirects += 1;
                     target = pick(&replicas)?;
+                }
+                // A cached connection to a server that has since restarted
+                // fails once; reconnect (rediscovering the leader) a single time.
+                DaosError::Unreachable { .. } if !reconnected => {
+                    reconnected = true;
+                    self.forget(&target);
+                    target = self.leader().await?;
                 }
                 DaosError::Unreachable { .. } => {
                     self.forget(&target);

@@ -42,6 +42,8 @@ pub struct EngineOpts {
     pub capacity: u64,
     /// Serve mutual TLS with the certificates in this directory.
     pub tls_dir: Option<PathBuf>,
+    /// Run as a replica that follows this leader.
+    pub follow: Option<String>,
 }
 
 impl Default for EngineOpts {
@@ -50,6 +52,7 @@ impl Default for EngineOpts {
             ranks: 1,
             capacity: 8 << 30,
             tls_dir: None,
+            follow: None,
         }
     }
 }
@@ -75,6 +78,9 @@ impl EngineProcess {
             Some(dir) => cmd.arg("--tls-dir").arg(dir),
             None => cmd.arg("--insecure"),
         };
+        if let Some(leader) = &opts.follow {
+            cmd.args(["--follow", leader]);
+        }
         let mut child = cmd
             .arg("--data-dir")
             .arg(data_dir)
@@ -106,11 +112,18 @@ impl EngineProcess {
     /// Kills the engine with SIGKILL (a crash) and starts it again on the same
     /// address and data directory.
     pub fn crash_and_restart(&mut self) -> anyhow::Result<()> {
+        let opts = self.opts.clone();
+        self.restart_with(opts)
+    }
+
+    /// Kills the engine and starts it again on the same address and data
+    /// directory with other options.
+    pub fn restart_with(&mut self, opts: EngineOpts) -> anyhow::Result<()> {
         self.child.kill()?;
         self.child.wait()?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match Self::start_on(&self.data_dir, self.opts.clone(), &self.addr) {
+            match Self::start_on(&self.data_dir, opts.clone(), &self.addr) {
                 Ok(new) => {
                     *self = new;
                     return Ok(());

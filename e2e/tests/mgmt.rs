@@ -1,7 +1,8 @@
 //! The management client against a real `dpufs-engine` process over real TCP.
 
 use dpufs_daos::{
-    ContainerAdmin, ContainerSpec, DaosError, EngineContainers, EngineRanks, PoolSize, PoolSpec,
+    ClientConfig, ContainerAdmin, ContainerSpec, DaosError, EngineContainers, EngineRanks,
+    MgmtClient, PoolSize, PoolSpec,
 };
 use dpufs_e2e::{EngineOpts, EngineProcess};
 use dpufs_proto::daos::der::Der;
@@ -472,4 +473,37 @@ async fn unreachable_engine_fails_fast() {
     let err = c.list_pools().await.unwrap_err();
     assert!(matches!(err, DaosError::Unreachable { .. }), "{err:?}");
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn the_client_follows_leadership() {
+    let (_d1, leader) = engine(EngineOpts::default());
+    let (_d2, mut first) = engine(EngineOpts::default());
+    // Given only a replica that does not lead, its NotLeader hint leads on.
+    let follower_opts = EngineOpts {
+        follow: Some(leader.addr.clone()),
+        ..Default::default()
+    };
+    let (_d3, follower) = engine(follower_opts.clone());
+    let via_follower = MgmtClient::new(ClientConfig::new(vec![follower.addr.clone()])).unwrap();
+    via_follower
+        .pool_create(&PoolSpec::new("led", PoolSize::total(GIB)))
+        .await
+        .unwrap();
+    assert_eq!(leader.client().list_pools().await.unwrap()[0].label, "led");
+    // Given several endpoints, some dead, LeaderQuery discovery finds it.
+    let endpoints = vec!["127.0.0.1:1".to_string(), follower.addr.clone()];
+    let discovering = MgmtClient::new(ClientConfig::new(endpoints)).unwrap();
+    assert_eq!(discovering.list_pools().await.unwrap()[0].label, "led");
+
+    // A client that knows `first` as leader is redirected by NotLeader once
+    // `first` steps down in favour of `leader`.
+    let client = first.client();
+    assert!(client.list_pools().await.unwrap().is_empty());
+    first.restart_with(follower_opts).unwrap();
+    let pools = client.list_pools().await.unwrap();
+    assert_eq!(
+        pools.iter().map(|p| p.label.as_str()).collect::<Vec<_>>(),
+        ["led"]
+    );
 }

@@ -53,6 +53,15 @@ fn pool_not_found_and_plain_errors() {
     );
     let e = DaosError::from_status(&Status::from(EngineError::Store("disk gone".into())));
     assert_eq!(e.der(), Some(Der::Io));
+    let replicas = vec!["10.0.0.1:10001".to_string(), "10.0.0.2:10001".to_string()];
+    let e = DaosError::from_status(&Status::from(EngineError::NotLeader {
+        hint: replicas[0].clone(),
+        replicas: replicas.clone(),
+    }));
+    assert!(
+        matches!(&e, DaosError::NotLeader { leader_hint, replicas: r } if *leader_hint == replicas[0] && *r == replicas),
+        "{e:?}"
+    );
 }
 
 async fn raw_list(

@@ -30,6 +30,9 @@ pub struct EngineConfig {
     pub targets_per_rank: u32,
     /// Address the ranks' endpoints bind to.
     pub rank_host: IpAddr,
+    /// When set, this engine is a management-service replica that does not
+    /// lead: it answers LeaderQuery and sends every other call to this leader.
+    pub leader: Option<String>,
 }
 
 impl EngineConfig {
@@ -42,6 +45,7 @@ impl EngineConfig {
             capacity_per_rank: 64 << 30,
             targets_per_rank: 4,
             rank_host: IpAddr::from([127, 0, 0, 1]),
+            leader: None,
         }
     }
 }

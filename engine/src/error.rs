@@ -25,6 +25,9 @@ pub enum EngineError {
     /// The pool UUID or label is unknown.
     #[error("unable to find pool service {id}")]
     PoolNotFound { id: String },
+    /// This engine is a replica that does not lead: go to the hint.
+    #[error("not the management service leader; try {hint}")]
+    NotLeader { hint: String, replicas: Vec<String> },
     /// A plain error without a DAOS code; DAOS sends these as `Unknown`.
     #[error("{0}")]
     Plain(String),
@@ -102,6 +105,16 @@ impl From<EngineError> for Status {
             EngineError::PoolNotFound { id } => (
                 ei::REASON_POOL_NOT_FOUND,
                 vec![(ei::KEY_POOL_INFO, pool_info_json(&id))],
+            ),
+            EngineError::NotLeader { hint, replicas } => (
+                ei::REASON_NOT_LEADER,
+                vec![
+                    (ei::KEY_LEADER_HINT, hint),
+                    (
+                        ei::KEY_REPLICAS,
+                        serde_json::to_string(&replicas).unwrap_or_default(),
+                    ),
+                ],
             ),
             EngineError::Plain(_) => return Status::unknown(message),
             EngineError::PermissionDenied(_) => return Status::permission_denied(message),

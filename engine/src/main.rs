@@ -34,6 +34,10 @@ struct Args {
     /// Targets per rank.
     #[arg(long, default_value_t = 4)]
     targets: u32,
+    /// Run as a management-service replica that does not lead: answer
+    /// LeaderQuery and send every other call to this leader (`HOST:PORT`).
+    #[arg(long, value_name = "HOST:PORT")]
+    follow: Option<String>,
     /// DAOS system name.
     #[arg(long, default_value = dpufs_proto::daos::DEFAULT_SYSTEM)]
     system: String,
@@ -65,6 +69,7 @@ async fn main() -> anyhow::Result<()> {
     cfg.ranks = args.ranks;
     cfg.capacity_per_rank = args.capacity;
     cfg.targets_per_rank = args.targets;
+    cfg.leader = args.follow.clone();
 
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

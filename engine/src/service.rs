@@ -54,6 +54,9 @@ impl EngineServices {
         Resp: Send + 'static,
     {
         authorize(&req, method, &self.engine.cfg.system, sys(req.get_ref()))?;
+        if method != "LeaderQuery" {
+            self.engine.require_leader()?;
+        }
         let engine = self.engine.clone();
         let inner = req.into_inner();
         let out = tokio::task::spawn_blocking(move || f(&engine, inner))

@@ -60,14 +60,41 @@ impl Engine {
         }
     }
 
-    /// LeaderQuery: the engine is the only replica, so it always leads.
+    /// LeaderQuery: this engine, or the leader it follows.
     pub fn leader_query(&self, _req: mgmt::LeaderQueryReq) -> Result<mgmt::LeaderQueryResp> {
-        let me = self.advertise.to_string();
         Ok(mgmt::LeaderQueryResp {
-            current_leader: me.clone(),
-            replicas: vec![me],
+            current_leader: self.leader().to_string(),
+            replicas: self.replicas(),
             down_replicas: Vec::new(),
         })
+    }
+
+    /// The management-service leader's address.
+    pub fn leader(&self) -> String {
+        self.cfg
+            .leader
+            .clone()
+            .unwrap_or_else(|| self.advertise.to_string())
+    }
+
+    fn replicas(&self) -> Vec<String> {
+        let me = self.advertise.to_string();
+        match &self.cfg.leader {
+            Some(leader) => vec![leader.clone(), me],
+            None => vec![me],
+        }
+    }
+
+    /// Refuses leader-only work on a replica that does not lead, as DAOS's
+    /// `checkLeaderRequest` does, naming the leader.
+    pub fn require_leader(&self) -> Result<()> {
+        match &self.cfg.leader {
+            Some(hint) => Err(crate::error::EngineError::NotLeader {
+                hint: hint.clone(),
+                replicas: self.replicas(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Stops a rank; its targets turn disabled in every pool on it.
