@@ -1,0 +1,36 @@
+//! `dpufs certs generate DIR`: a DAOS certificate set (CA, admin, agent,
+//! server) in DAOS's layout and file modes, for development clusters and tests.
+
+use crate::output::Out;
+use clap::Subcommand;
+use serde_json::json;
+use std::path::PathBuf;
+
+#[derive(Debug, Subcommand)]
+pub enum CertsCmd {
+    /// Writes daosCA.crt/.key, admin, agent and server certificates and keys,
+    /// and clients/agent.crt into DIR.
+    Generate {
+        /// Target directory (created; existing files are replaced).
+        dir: PathBuf,
+    },
+}
+
+pub fn run(cmd: CertsCmd, out: Out) -> anyhow::Result<()> {
+    let CertsCmd::Generate { dir } = cmd;
+    dpufs_daos::certs::generate(&dir)
+        .map_err(|e| anyhow::anyhow!("generating certificates in {}: {e}", dir.display()))?;
+    out.show(
+        &json!({ "dir": dir, "components": ["admin", "agent", "server"] }),
+        |_| {
+            println!("DAOS certificates written to {}:", dir.display());
+            println!("  daosCA.crt daosCA.key   the CA (keep the key private)");
+            println!("  admin.crt admin.key     for dpufs/dmg (admin commands)");
+            println!("  agent.crt agent.key     for agents; clients/agent.crt for servers");
+            println!(
+                "  server.crt server.key   for the engine: dpufs-engine --tls-dir {}",
+                dir.display()
+            );
+        },
+    )
+}
