@@ -6,9 +6,7 @@ use crate::error::Result;
 use crate::mgmt::{Acl, MgmtClient};
 use crate::session::Session;
 use dpufs_proto::daos::props::PropValue;
-use dpufs_proto::engine::v1::{
-    self as eng, cont_property::Value, container_svc_client::ContainerSvcClient,
-};
+use dpufs_proto::engine::v1::{self as eng, container_svc_client::ContainerSvcClient};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -136,10 +134,7 @@ fn wire_props(props: Vec<(u32, PropValue)>) -> Vec<eng::ContProperty> {
         .into_iter()
         .map(|(number, v)| eng::ContProperty {
             number,
-            value: Some(match v {
-                PropValue::Str(s) => Value::Strval(s),
-                PropValue::Num(n) => Value::Numval(n),
-            }),
+            value: Some(v.into()),
         })
         .collect()
 }
@@ -148,10 +143,7 @@ fn info(c: eng::ContInfo) -> ContainerInfo {
     let properties = c
         .properties
         .into_iter()
-        .filter_map(|p| match p.value? {
-            Value::Strval(s) => Some((p.number, PropValue::Str(s))),
-            Value::Numval(n) => Some((p.number, PropValue::Num(n))),
-        })
+        .filter_map(|p| Some((p.number, p.value?.into())))
         .collect();
     ContainerInfo {
         pool_uuid: c.pool_uuid,

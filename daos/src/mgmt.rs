@@ -3,7 +3,7 @@
 use crate::error::{DaosError, Result};
 use crate::session::{ClientConfig, Session};
 use dpufs_proto::daos::props::PropValue;
-use dpufs_proto::mgmt::{self, mgmt_svc_client::MgmtSvcClient, pool_property::Value};
+use dpufs_proto::mgmt::{self, mgmt_svc_client::MgmtSvcClient};
 use serde::Serialize;
 use std::sync::Arc;
 use uuid::Uuid;
@@ -170,13 +170,9 @@ fn body_status(status: i32, what: &str) -> Result<()> {
 }
 
 fn wire_prop(number: u32, value: PropValue) -> mgmt::PoolProperty {
-    let value = match value {
-        PropValue::Str(s) => Value::Strval(s),
-        PropValue::Num(n) => Value::Numval(n),
-    };
     mgmt::PoolProperty {
         number,
-        value: Some(value),
+        value: Some(value.into()),
     }
 }
 
@@ -353,10 +349,7 @@ impl MgmtClient {
         body_status(r.status, "pool get-prop")?;
         Ok(r.properties
             .into_iter()
-            .filter_map(|p| match p.value? {
-                Value::Strval(s) => Some((p.number, PropValue::Str(s))),
-                Value::Numval(n) => Some((p.number, PropValue::Num(n))),
-            })
+            .filter_map(|p| Some((p.number, p.value?.into())))
             .collect())
     }
 

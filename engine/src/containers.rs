@@ -8,56 +8,19 @@ use crate::records::{AclRecord, ContRecord, PoolRecord, SnapshotRecord, Stored, 
 use crate::store::{Reader, Txn};
 use dpufs_proto::daos::der::Der;
 use dpufs_proto::daos::label::validate_label;
-use dpufs_proto::daos::props::{self, Access, CONT_PROPS, PropValue};
-use dpufs_proto::engine::v1::{self as eng, cont_property::Value};
+use dpufs_proto::daos::props::{self, CONT_PROPS, PropValue};
+use dpufs_proto::engine::v1 as eng;
 use dpufs_proto::mgmt;
 use std::collections::BTreeMap;
 
 /// DAOS's limit on attribute names.
 const MAX_ATTR_NAME: usize = 511;
 
-fn prop_value(p: &eng::ContProperty) -> Result<PropValue> {
-    match &p.value {
-        Some(Value::Strval(s)) => Ok(PropValue::Str(s.clone())),
-        Some(Value::Numval(n)) => Ok(PropValue::Num(*n)),
-        None => Err(der(
-            Der::Inval,
-            format!("property {:#x} has no value", p.number),
-        )),
-    }
-}
-
 fn checked_prop(
     p: &eng::ContProperty,
     at_create: bool,
 ) -> Result<(&'static props::PropDef, PropValue)> {
-    if p.number == props::CONT_ACL {
-        return Err(der(
-            Der::Inval,
-            "the container ACL is set with the ACL calls, not as a property",
-        ));
-    }
-    let def = props::find(CONT_PROPS, p.number).ok_or_else(|| {
-        der(
-            Der::Inval,
-            format!("unknown container property number {:#x}", p.number),
-        )
-    })?;
-    let writable = match def.access {
-        Access::ReadWrite => true,
-        Access::CreateOnly => at_create,
-        Access::ReadOnly => false,
-    };
-    if !writable {
-        return Err(der(
-            Der::NoPerm,
-            format!("container property {} cannot be changed now", def.name),
-        ));
-    }
-    let value = prop_value(p)?;
-    def.check(&value)
-        .map_err(|e| der(Der::Inval, e.to_string()))?;
-    Ok((def, value))
+    crate::props::CONTAINER.checked(p.number, p.value.clone(), at_create)
 }
 
 fn not_found(pool: &PoolRecord, id: &str) -> EngineError {
@@ -404,13 +367,9 @@ fn new_container(pool: &PoolRecord, uuid: String, req: &eng::ContCreateReq) -> R
 }
 
 fn to_wire(number: u32, v: PropValue) -> eng::ContProperty {
-    let value = match v {
-        PropValue::Str(s) => Value::Strval(s),
-        PropValue::Num(n) => Value::Numval(n),
-    };
     eng::ContProperty {
         number,
-        value: Some(value),
+        value: Some(v.into()),
     }
 }
 

@@ -11,6 +11,7 @@ pub mod containers;
 pub mod engine;
 pub mod error;
 pub mod pools;
+pub mod props;
 pub mod ranks;
 pub mod records;
 pub mod server;

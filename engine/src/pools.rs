@@ -10,7 +10,7 @@ use crate::store::{Reader, Txn};
 use dpufs_proto::daos::der::Der;
 use dpufs_proto::daos::fault::FaultCode;
 use dpufs_proto::daos::label::validate_label;
-use dpufs_proto::daos::props::{self, Access, POOL_PROPS, PropValue};
+use dpufs_proto::daos::props::{self, POOL_PROPS, PropValue};
 use dpufs_proto::daos::ranks::format_ranks;
 use dpufs_proto::mgmt::{self, pool_property::Value};
 use std::collections::BTreeMap;
@@ -33,69 +33,26 @@ pub mod mask {
     pub const DEFAULT: u64 = SPACE | REBUILD_STATUS | ENGINES_DISABLED | REBUILD_MAX_LAYOUT_VER;
 }
 
-fn prop_value(p: &mgmt::PoolProperty) -> Result<PropValue> {
-    match &p.value {
-        Some(Value::Strval(s)) => Ok(PropValue::Str(s.clone())),
-        Some(Value::Numval(n)) => Ok(PropValue::Num(*n)),
-        None => Err(der(
-            Der::Inval,
-            format!("property {} has no value", p.number),
-        )),
-    }
-}
-
-fn to_wire(number: u32, v: PropValue) -> mgmt::PoolProperty {
-    let value = match v {
-        PropValue::Str(s) => Value::Strval(s),
-        PropValue::Num(n) => Value::Numval(n),
-    };
-    mgmt::PoolProperty {
-        number,
-        value: Some(value),
-    }
-}
-
-/// Finds a settable pool property and checks its value.
+/// Finds a settable pool property and checks its value; labels also follow
+/// DAOS's label rules.
 fn checked_prop(
     p: &mgmt::PoolProperty,
     at_create: bool,
 ) -> Result<(&'static props::PropDef, PropValue)> {
-    if p.number == props::POOL_ACL {
-        return Err(der(
-            Der::Inval,
-            "the pool ACL is set with the ACL calls, not as a property",
-        ));
-    }
-    let def = props::find(POOL_PROPS, p.number).ok_or_else(|| {
-        der(
-            Der::Inval,
-            format!("unknown pool property number {}", p.number),
-        )
-    })?;
-    match def.access {
-        Access::ReadOnly => {
-            return Err(der(
-                Der::NoPerm,
-                format!("pool property {} is read-only", def.name),
-            ));
-        }
-        Access::CreateOnly if !at_create => {
-            return Err(der(
-                Der::NoPerm,
-                format!("pool property {} can only be set at create", def.name),
-            ));
-        }
-        _ => {}
-    }
-    let value = prop_value(p)?;
-    def.check(&value)
-        .map_err(|e| der(Der::Inval, e.to_string()))?;
-    if def.number == props::POOL_LABEL
-        && let PropValue::Str(label) = &value
+    let (def, value) = crate::props::POOL.checked(p.number, p.value.clone(), at_create)?;
+    if let PropValue::Str(label) = &value
+        && def.number == props::POOL_LABEL
     {
         validate_label(label).map_err(|e| der(Der::Inval, format!("invalid pool label: {e}")))?;
     }
     Ok((def, value))
+}
+
+fn to_wire(number: u32, v: PropValue) -> mgmt::PoolProperty {
+    mgmt::PoolProperty {
+        number,
+        value: Some(v.into()),
+    }
 }
 
 /// The pool's label from a create request; DAOS refuses a create without one.

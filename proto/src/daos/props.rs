@@ -466,3 +466,31 @@ mod tests {
         assert!(label.check(&PropValue::Num(1)).is_err());
     }
 }
+
+/// Conversions between [`PropValue`] and the two generated property oneofs.
+macro_rules! oneof_conversions {
+    ($value:path) => {
+        impl From<PropValue> for $value {
+            fn from(v: PropValue) -> Self {
+                use $value as V;
+                match v {
+                    PropValue::Str(s) => V::Strval(s),
+                    PropValue::Num(n) => V::Numval(n),
+                }
+            }
+        }
+
+        impl From<$value> for PropValue {
+            fn from(v: $value) -> Self {
+                use $value as V;
+                match v {
+                    V::Strval(s) => PropValue::Str(s),
+                    V::Numval(n) => PropValue::Num(n),
+                }
+            }
+        }
+    };
+}
+
+oneof_conversions!(crate::mgmt::pool_property::Value);
+oneof_conversions!(crate::engine::v1::cont_property::Value);
