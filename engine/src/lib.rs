@@ -8,6 +8,7 @@
 
 pub mod acl;
 pub mod containers;
+pub mod dfs;
 pub mod engine;
 pub mod error;
 pub mod pools;

@@ -1,0 +1,272 @@
+//! Namespace semantics and durability on a simulated disk.
+
+use super::disk::SimDisk;
+use super::inode::{S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
+use super::*;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn config(quota: Option<u64>) -> NamespaceConfig {
+    NamespaceConfig {
+        meta_path: PathBuf::from("/r0/c/meta.redb"),
+        chunk_dirs: vec![PathBuf::from("/r0/c"), PathBuf::from("/r1/c")],
+        chunk_size: 1 << 16,
+        quota,
+    }
+}
+
+fn fresh(quota: Option<u64>) -> (SimDisk, Namespace) {
+    let disk = SimDisk::default();
+    let ns = Namespace::open(Arc::new(disk.clone()), config(quota)).unwrap();
+    (disk, ns)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn read_all(ns: &Namespace, oid: Oid) -> Vec<u8> {
+    let size = ns.getattr(oid).unwrap().size as usize;
+    let mut buf = vec![0xAA; size];
+    assert_eq!(ns.read(oid, 0, &mut buf).unwrap(), size);
+    buf
+}
+
+#[test]
+fn files_span_chunks_and_holes_read_as_zero() {
+    let (_, ns) = fresh(None);
+    let f = ns.create(ROOT, "data", 0o644, 1, 2).unwrap();
+    assert_eq!(f.mode & S_IFMT, S_IFREG);
+    let data = pattern(200_000, 7);
+    ns.write(f.oid, 10, &data).unwrap();
+    ns.write(f.oid, 500_000, b"tail").unwrap();
+    let all = read_all(&ns, f.oid);
+    assert_eq!(all.len(), 500_004);
+    assert!(all[..10].iter().all(|&b| b == 0));
+    assert_eq!(&all[10..200_010], &data[..]);
+    assert!(all[200_010..500_000].iter().all(|&b| b == 0));
+    assert_eq!(&all[500_000..], b"tail");
+    // Reads past the end are short.
+    let mut buf = [0u8; 16];
+    assert_eq!(ns.read(f.oid, 500_000, &mut buf).unwrap(), 4);
+}
+
+#[test]
+fn truncate_cuts_and_extends_sparsely() {
+    let (_, ns) = fresh(None);
+    let f = ns.create(ROOT, "t", 0o644, 0, 0).unwrap();
+    ns.write(f.oid, 0, &pattern(150_000, 1)).unwrap();
+    ns.setattr(
+        f.oid,
+        SetAttr {
+            size: Some(70_000),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    ns.setattr(
+        f.oid,
+        SetAttr {
+            size: Some(140_000),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let all = read_all(&ns, f.oid);
+    assert_eq!(&all[..70_000], &pattern(150_000, 1)[..70_000]);
+    assert!(
+        all[70_000..].iter().all(|&b| b == 0),
+        "extended region must read as zeros"
+    );
+}
+
+#[test]
+fn directories_entries_and_errors() {
+    let (_, ns) = fresh(None);
+    let d = ns.mkdir(ROOT, "d", 0o755, 0, 0).unwrap();
+    assert_eq!(d.mode & S_IFMT, S_IFDIR);
+    for n in ["b", "a", "c"] {
+        ns.create(d.oid, n, 0o600, 0, 0).unwrap();
+    }
+    let names: Vec<_> = ns
+        .readdir(d.oid, "", 10)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, ["a", "b", "c"]);
+    let rest: Vec<_> = ns
+        .readdir(d.oid, "a", 1)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(rest, ["b"], "resuming after a name");
+    assert_eq!(
+        ns.create(d.oid, "a", 0o600, 0, 0).unwrap_err().errno,
+        Errno::Exist
+    );
+    assert_eq!(ns.rmdir(ROOT, "d").unwrap_err().errno, Errno::NotEmpty);
+    assert_eq!(ns.unlink(ROOT, "d").unwrap_err().errno, Errno::IsDir);
+    assert_eq!(ns.rmdir(d.oid, "a").unwrap_err().errno, Errno::NotDir);
+    assert_eq!(ns.lookup(d.oid, "zzz").unwrap_err().errno, Errno::NoEnt);
+    assert_eq!(
+        ns.create(ROOT, &"x".repeat(256), 0o600, 0, 0)
+            .unwrap_err()
+            .errno,
+        Errno::NameTooLong
+    );
+    assert_eq!(
+        ns.create(d.oid, "a/b", 0o600, 0, 0).unwrap_err().errno,
+        Errno::Inval
+    );
+    let file = ns.lookup(d.oid, "a").unwrap();
+    assert_eq!(
+        ns.create(file.oid, "x", 0o600, 0, 0).unwrap_err().errno,
+        Errno::NotDir
+    );
+    for n in ["a", "b", "c"] {
+        ns.unlink(d.oid, n).unwrap();
+    }
+    ns.rmdir(ROOT, "d").unwrap();
+    assert!(ns.readdir(ROOT, "", 10).unwrap().is_empty());
+}
+
+#[test]
+fn rename_follows_posix() {
+    let (_, ns) = fresh(None);
+    let a = ns.mkdir(ROOT, "a", 0o755, 0, 0).unwrap();
+    let b = ns.mkdir(a.oid, "b", 0o755, 0, 0).unwrap();
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
+    ns.write(f.oid, 0, b"one").unwrap();
+    let g = ns.create(ROOT, "g", 0o644, 0, 0).unwrap();
+    ns.write(g.oid, 0, b"two").unwrap();
+    // Over an existing file: replaced atomically, the old object is gone.
+    ns.rename(ROOT, "f", ROOT, "g", false).unwrap();
+    assert_eq!(ns.lookup(ROOT, "g").unwrap().oid, f.oid);
+    assert_eq!(ns.getattr(g.oid).unwrap_err().errno, Errno::NoEnt);
+    assert_eq!(read_all(&ns, f.oid), b"one");
+    // Into its own subtree: EINVAL. Onto a non-empty directory: ENOTEMPTY.
+    assert_eq!(
+        ns.rename(ROOT, "a", b.oid, "x", false).unwrap_err().errno,
+        Errno::Inval
+    );
+    let c = ns.mkdir(ROOT, "c", 0o755, 0, 0).unwrap();
+    ns.create(c.oid, "inner", 0o644, 0, 0).unwrap();
+    assert_eq!(
+        ns.rename(a.oid, "b", ROOT, "c", false).unwrap_err().errno,
+        Errno::NotEmpty
+    );
+    assert_eq!(
+        ns.rename(ROOT, "g", ROOT, "a", false).unwrap_err().errno,
+        Errno::IsDir
+    );
+    assert_eq!(
+        ns.rename(ROOT, "a", ROOT, "g", false).unwrap_err().errno,
+        Errno::NotDir
+    );
+    assert_eq!(
+        ns.rename(ROOT, "g", ROOT, "c", true).unwrap_err().errno,
+        Errno::Exist
+    );
+    // A directory moves with its contents.
+    ns.rename(a.oid, "b", c.oid, "b2", false).unwrap();
+    assert_eq!(ns.lookup(c.oid, "b2").unwrap().oid, b.oid);
+    assert_eq!(ns.getattr(b.oid).unwrap().parent, c.oid);
+}
+
+#[test]
+fn symlinks_and_xattrs() {
+    let (_, ns) = fresh(None);
+    let l = ns.symlink(ROOT, "l", "../target", 0, 0).unwrap();
+    assert_eq!(l.mode & S_IFMT, S_IFLNK);
+    assert_eq!(l.size, 9);
+    assert_eq!(ns.readlink(l.oid).unwrap(), "../target");
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
+    assert_eq!(ns.readlink(f.oid).unwrap_err().errno, Errno::Inval);
+    ns.setxattr(f.oid, "user.a", b"1").unwrap();
+    ns.setxattr(f.oid, "user.b", b"").unwrap();
+    assert_eq!(ns.listxattr(f.oid).unwrap(), ["user.a", "user.b"]);
+    assert_eq!(ns.getxattr(f.oid, "user.a").unwrap(), b"1");
+    ns.removexattr(f.oid, "user.a").unwrap();
+    assert_eq!(
+        ns.getxattr(f.oid, "user.a").unwrap_err().errno,
+        Errno::NoData
+    );
+    ns.unlink(ROOT, "f").unwrap();
+    assert_eq!(ns.listxattr(f.oid).unwrap_err().errno, Errno::NoEnt);
+}
+
+#[test]
+fn quota_gives_enospc_and_keeps_old_data() {
+    let (_, ns) = fresh(Some(100_000));
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
+    let first = pattern(90_000, 3);
+    ns.write(f.oid, 0, &first).unwrap();
+    let err = ns.write(f.oid, 90_000, &pattern(20_000, 4)).unwrap_err();
+    assert_eq!(err.errno, Errno::NoSpc);
+    assert_eq!(
+        read_all(&ns, f.oid),
+        first,
+        "a refused write changes nothing"
+    );
+    // Overwriting in place needs no new space.
+    ns.write(f.oid, 0, &pattern(1000, 5)).unwrap();
+    // Freeing space makes room again.
+    ns.setattr(
+        f.oid,
+        SetAttr {
+            size: Some(10_000),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    ns.write(f.oid, 10_000, &pattern(50_000, 6)).unwrap();
+    assert_eq!(ns.statfs(1 << 30).unwrap().total_bytes, 100_000);
+}
+
+/// Writes, fsyncs some of it, writes more without fsync, and "crashes".
+fn crash_scenario() -> (Vec<u8>, Vec<u8>) {
+    let (disk, ns) = fresh(None);
+    let kept = ns.create(ROOT, "kept", 0o644, 0, 0).unwrap();
+    let synced = pattern(150_000, 9);
+    ns.write(kept.oid, 0, &synced).unwrap();
+    ns.fsync(kept.oid).unwrap();
+    ns.write(kept.oid, 150_000, &pattern(50_000, 10)).unwrap();
+    let lost = ns.create(ROOT, "lost", 0o644, 0, 0).unwrap();
+    ns.write(lost.oid, 0, b"never synced").unwrap();
+    // Power is lost now: the image is taken before any orderly shutdown.
+    let crashed = disk.crash();
+    drop(ns);
+    let after = Namespace::open(Arc::new(crashed), config(None)).unwrap();
+    let got = after
+        .lookup(ROOT, "kept")
+        .map(|i| read_all(&after, i.oid))
+        .unwrap_or_default();
+    (synced, got)
+}
+
+#[test]
+fn fsynced_data_survives_a_crash() {
+    let (synced, got) = crash_scenario();
+    assert_eq!(
+        got.len(),
+        synced.len(),
+        "size after the crash is the fsynced size"
+    );
+    assert_eq!(got, synced);
+}
+
+#[test]
+fn unsynced_work_is_really_lost_in_the_simulation() {
+    // Guards the durability test: the simulated crash must discard unsynced data.
+    let (disk, ns) = fresh(None);
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
+    ns.write(f.oid, 0, b"volatile").unwrap();
+    let crashed = disk.crash();
+    drop(ns);
+    let after = Namespace::open(Arc::new(crashed), config(None)).unwrap();
+    assert_eq!(after.lookup(ROOT, "f").unwrap_err().errno, Errno::NoEnt);
+}
