@@ -24,6 +24,7 @@ pub enum Errno {
     IsDir = 21,
     Inval = 22,
     NoSpc = 28,
+    RoFs = 30,
     Range = 34,
     NameTooLong = 36,
     NotEmpty = 39,

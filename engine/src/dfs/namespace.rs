@@ -41,6 +41,8 @@ pub struct NamespaceConfig {
     pub chunk_size: u64,
     /// Capacity limit of the container (a dpufs engine extension); None for none.
     pub quota: Option<u64>,
+    /// A snapshot: every change fails with EROFS.
+    pub read_only: bool,
 }
 
 /// An entry of a directory listing.
@@ -163,6 +165,7 @@ impl Namespace {
 
     /// Runs `f` in a write transaction committed without forcing the disk.
     fn update<T>(&self, f: impl FnOnce(&WriteTransaction) -> DfsResult<T>) -> DfsResult<T> {
+        self.writable()?;
         let mut tx = self.db.begin_write()?;
         tx.set_durability(Durability::None)?;
         match f(&tx) {
@@ -566,6 +569,7 @@ impl Namespace {
     /// Writes `data` at `offset`. Space is checked against the quota before
     /// anything is written, so a full container loses nothing it had.
     pub fn write(&self, oid: Oid, offset: u64, data: &[u8]) -> DfsResult<()> {
+        self.writable()?;
         let mut st = self.writes.lock().expect("writes lock");
         let ino = self.getattr(oid)?;
         if !ino.is_file() {
@@ -763,6 +767,51 @@ impl Namespace {
                 Err(err(Errno::NoData, format!("no attribute {name:?}")))
             }
         })
+    }
+
+    fn writable(&self) -> DfsResult<()> {
+        if self.cfg.read_only {
+            return Err(err(Errno::RoFs, "a snapshot is read-only"));
+        }
+        Ok(())
+    }
+
+    /// Writes a point-in-time copy of this namespace to `target` (same number
+    /// of chunk directories): the metadata store is copied and the chunk files
+    /// are linked, so data is shared until either side writes (copy-on-write).
+    pub fn snapshot_to(&self, target: &NamespaceConfig) -> DfsResult<()> {
+        if target.chunk_dirs.len() != self.cfg.chunk_dirs.len() {
+            return Err(err(
+                Errno::Inval,
+                "a snapshot needs as many chunk directories as its source",
+            ));
+        }
+        let mut st = self.writes.lock().expect("writes lock");
+        self.sync_dirty(&mut st, None)?;
+        let mut flush = self.db.begin_write()?;
+        flush.set_durability(Durability::Immediate)?;
+        flush.commit()?;
+        // An open write transaction holds every metadata writer off while the
+        // store is copied; it is aborted, never committed.
+        let hold = self.db.begin_write()?;
+        let src = self.disk.open(&self.cfg.meta_path, false)?;
+        let mut bytes = vec![0; src.size()? as usize];
+        src.read_at(0, &mut bytes)?;
+        let dst = self.disk.open(&target.meta_path, true)?;
+        dst.set_len(0)?;
+        dst.write_at(0, &bytes)?;
+        dst.sync()?;
+        hold.abort()?;
+        for (from, to) in self.cfg.chunk_dirs.iter().zip(&target.chunk_dirs) {
+            for path in self.disk.list(from)? {
+                if path != self.cfg.meta_path
+                    && let Some(name) = path.file_name()
+                {
+                    self.disk.link(&path, &to.join(name))?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every chunk directory of this namespace (for destroy and snapshots).

@@ -12,6 +12,21 @@ fn config(quota: Option<u64>) -> NamespaceConfig {
         chunk_dirs: vec![PathBuf::from("/r0/c"), PathBuf::from("/r1/c")],
         chunk_size: 1 << 16,
         quota,
+        read_only: false,
+    }
+}
+
+/// The same layout under another root, for snapshots and clones.
+fn config_at(root: &str, read_only: bool) -> NamespaceConfig {
+    NamespaceConfig {
+        meta_path: PathBuf::from(format!("/r0/{root}/meta.redb")),
+        chunk_dirs: vec![
+            PathBuf::from(format!("/r0/{root}")),
+            PathBuf::from(format!("/r1/{root}")),
+        ],
+        chunk_size: 1 << 16,
+        quota: None,
+        read_only,
     }
 }
 
@@ -269,4 +284,44 @@ fn unsynced_work_is_really_lost_in_the_simulation() {
     drop(ns);
     let after = Namespace::open(Arc::new(crashed), config(None)).unwrap();
     assert_eq!(after.lookup(ROOT, "f").unwrap_err().errno, Errno::NoEnt);
+}
+
+#[test]
+fn snapshots_keep_old_data_and_clones_are_independent() {
+    let (disk, ns) = fresh(None);
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
+    let before = pattern(150_000, 11);
+    ns.write(f.oid, 0, &before).unwrap();
+    ns.snapshot_to(&config_at("snap", true)).unwrap();
+    ns.snapshot_to(&config_at("clone", false)).unwrap();
+
+    ns.write(f.oid, 1000, &pattern(70_000, 12)).unwrap();
+    ns.create(ROOT, "new", 0o644, 0, 0).unwrap();
+    let after = read_all(&ns, f.oid);
+    assert_ne!(after, before);
+
+    let disk: Arc<dyn Disk> = Arc::new(disk);
+    let snap = Namespace::open(disk.clone(), config_at("snap", true)).unwrap();
+    assert_eq!(
+        read_all(&snap, f.oid),
+        before,
+        "the snapshot shows the old data"
+    );
+    assert_eq!(snap.lookup(ROOT, "new").unwrap_err().errno, Errno::NoEnt);
+    assert_eq!(snap.write(f.oid, 0, b"x").unwrap_err().errno, Errno::RoFs);
+    assert_eq!(
+        snap.create(ROOT, "y", 0o644, 0, 0).unwrap_err().errno,
+        Errno::RoFs
+    );
+
+    let clone = Namespace::open(disk, config_at("clone", false)).unwrap();
+    assert_eq!(read_all(&clone, f.oid), before);
+    clone.write(f.oid, 0, b"clone's own").unwrap();
+    assert_eq!(&read_all(&clone, f.oid)[..11], b"clone's own");
+    assert_eq!(
+        read_all(&snap, f.oid),
+        before,
+        "writing the clone leaves the snapshot alone"
+    );
+    assert_eq!(read_all(&ns, f.oid), after, "and the source");
 }
