@@ -507,3 +507,36 @@ async fn the_client_follows_leadership() {
         ["led"]
     );
 }
+
+#[tokio::test]
+async fn retryable_faults_are_retried_until_the_deadline() {
+    let (_d, e) = engine(EngineOpts::default());
+    let ranks = EngineRanks::new(&e.client());
+    ranks.stop(0).await.unwrap();
+    // With no rank running the engine answers DataPlaneNotStarted (611),
+    // which DAOS clients retry with backoff...
+    let mut cfg = ClientConfig::new(vec![e.addr.clone()]);
+    cfg.create_timeout = std::time::Duration::from_secs(1);
+    let impatient = MgmtClient::new(cfg).unwrap();
+    let err = impatient
+        .pool_create(&PoolSpec::new("late", PoolSize::total(GIB)))
+        .await
+        .unwrap_err();
+    match &err {
+        DaosError::Timeout(_, inner) => {
+            assert_eq!(inner.fault(), Some(FaultCode::DataPlaneNotStarted))
+        }
+        other => panic!("expected a timeout after retries, got {other:?}"),
+    }
+    // ...so a create issued while the rank is down completes once it is back.
+    let patient = e.client();
+    let create = tokio::spawn(async move {
+        patient
+            .pool_create(&PoolSpec::new("late", PoolSize::total(GIB)))
+            .await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    ranks.start(0).await.unwrap();
+    create.await.unwrap().unwrap();
+    assert_eq!(e.client().list_pools().await.unwrap().len(), 1);
+}
