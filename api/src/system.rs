@@ -1,0 +1,115 @@
+//! `DaosSystem`: where a DAOS system's management service listens and how
+//! dpufs authenticates to it.
+
+use crate::validation;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::{JsonSchema, Schema};
+use serde::{Deserialize, Serialize};
+
+/// Where the DAOS management service listens and how dpufs authenticates to
+/// it. DaosPools name the DaosSystem in `spec.systemRef`.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "dpufs.io",
+    version = "v1alpha1",
+    kind = "DaosSystem",
+    shortname = "dsys",
+    category = "dpufs",
+    status = "DaosSystemStatus",
+    derive = "PartialEq",
+    doc = "A DAOS system dpufs creates pools in: management endpoints and admin credentials. Cluster-scoped, so only cluster administrators can point dpufs at a DAOS system.",
+    printcolumn = r#"{"name":"System","type":"string","jsonPath":".spec.name"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"Leader","type":"string","jsonPath":".status.leader"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = spec_rules)]
+pub struct DaosSystemSpec {
+    /// DAOS system name, the `name` in daos_server.yml (at most 15 characters).
+    /// Cannot be changed.
+    #[serde(default = "default_system_name")]
+    #[schemars(transform = validation::system_name)]
+    pub name: String,
+
+    /// Management service endpoints as `host` or `host:port` (port 10001 when
+    /// omitted; IPv6 addresses in brackets). Any server of the system will do:
+    /// dpufs finds the leader from there.
+    #[schemars(transform = validation::endpoints)]
+    pub endpoints: Vec<String>,
+
+    /// DAOS version of the servers, `major.minor.patch`. dpufs speaks the DAOS
+    /// 2.8 management API.
+    #[schemars(transform = validation::daos_version)]
+    pub version: String,
+
+    /// Mutual TLS with the DAOS admin certificate: the default and what DAOS
+    /// servers expect unless they run with `allow_insecure`. Exactly one of
+    /// `tls` and `insecure: true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<SystemTls>,
+
+    /// Talk to a DAOS system that runs with `allow_insecure: true`: plaintext
+    /// and no authentication, for test systems only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
+}
+
+fn default_system_name() -> String {
+    "daos_server".to_string()
+}
+
+fn spec_rules(schema: &mut Schema) {
+    validation::push(
+        schema,
+        validation::rule(
+            "has(self.tls) != (has(self.insecure) && self.insecure)",
+            "has(self.tls) ? 'tls and insecure: true contradict each other; remove one of them' : 'set tls.secretRef to the Secret with the DAOS admin certificate, or insecure: true for a DAOS system without TLS'",
+        ),
+    );
+}
+
+/// Where the DAOS admin certificate is.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SystemTls {
+    /// Secret with the files DAOS's gen_certificates.sh writes: `daosCA.crt`
+    /// (the CA), `admin.crt` and `admin.key` (the admin certificate and key).
+    pub secret_ref: SecretRef,
+}
+
+/// A Secret in a namespace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRef {
+    /// Name of the Secret.
+    #[schemars(transform = validation::object_name)]
+    pub name: String,
+    /// Namespace of the Secret.
+    #[schemars(transform = validation::namespace_name)]
+    pub namespace: String,
+}
+
+/// What dpufs last saw of the DAOS system.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DaosSystemStatus {
+    /// Management service leader, `host:port`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
+
+    /// Management service replicas, `host:port`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<String>,
+
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// `Ready`: the management service answers with these credentials.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = validation::conditions)]
+    pub conditions: Vec<Condition>,
+}
