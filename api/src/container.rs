@@ -89,9 +89,9 @@ pub struct DaosContainerSpec {
 
     /// Access control entries `TYPE:FLAGS:PRINCIPAL:PERMS`, for example
     /// `A::alice@:rw`. Permissions: r read, w write, d delete, t get
-    /// properties, T set properties, a get ACL, A set ACL, o set owner (c is
-    /// accepted but meaningful on pools only). When omitted, DAOS's default ACL
-    /// applies. The operator adds these entries and restores them when they
+    /// properties, T set properties, a get ACL, A set ACL, o set owner (`c`,
+    /// create containers, exists on pools only). When omitted, DAOS's default
+    /// ACL applies. The operator adds these entries and restores them when they
     /// drift; entries others added are left alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = validation::container_acl)]

@@ -282,7 +282,7 @@ pub(crate) fn pool_acl(schema: &mut Schema) {
 
 /// A container ACL: the pool permissions plus o (set owner).
 pub(crate) fn container_acl(schema: &mut Schema) {
-    acl(schema, "rwcdtTaAo");
+    acl(schema, "rwdtTaAo");
 }
 
 /// A DAOS object class name such as `SX`, `RP_3G1` or `EC_8P2GX`.
