@@ -1,0 +1,360 @@
+//! The software provider: a software RDMA device with the NIC's checks.
+//!
+//! One device per node: a table file under the device directory that every process opening the
+//! device maps (module `table`), so all protection domains and processes on the node share one
+//! key index space, as they share one HCA. Each [`SoftDevice`] is one device context (one open,
+//! like `ibv_open_device`). Registered memory lives in files beside the table (module `memory`)
+//! so a responder can reach any registered page of its node, as DMA can. QPs are reliable
+//! connected over TCP (modules `cm`, `wire`); the responder of each QP runs the §1.5 checks
+//! ([`crate::checks`]) in a thread of the process that owns the QP (module `responder`), and
+//! responses to a QP's own requests are processed by its completion thread or by a caller
+//! waiting on its send CQ (module `requester`).
+//!
+//! Not modelled: UC/UD/XRC/DC transports, atomics, type-1 windows, SRQs, fast-reg MRs,
+//! `rereg_mr`, CQ overrun, per-packet re-checks of a READ in flight (§1.5 step 7), and RNR
+//! limits (a SEND waits for a receive, as with `rnr_retry = 7`).
+
+mod cm;
+mod cq;
+mod memory;
+mod mr;
+mod qp;
+mod requester;
+mod responder;
+mod table;
+mod wire;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+
+pub use cq::SoftCq;
+pub use mr::{SoftMr, SoftMw};
+pub use qp::SoftQp;
+
+use crate::error::{DeregError, FabricError, Result};
+use crate::keys::KeyGen;
+use crate::provider::RdmaDevice;
+use crate::verbs::{Access, AsyncEvent, DeviceCounters, QpCaps};
+use crate::{NicChecks, checks::ObjectKind};
+use memory::Memory;
+use table::{DeviceTable, Geometry};
+
+/// Environment variable naming NIC checks to switch off (comma-separated, see
+/// [`NicChecks`]'s names). **Test-only**: it exists so the conformance suite can prove every
+/// check necessary. Whenever it disables anything, opening the device says so on stderr.
+pub const DISABLE_CHECKS_ENV: &str = "DPUFS_FABRIC_DISABLE_CHECKS";
+
+/// Environment variable overriding the default device directory.
+pub const DEVICE_DIR_ENV: &str = "DPUFS_FABRIC_DIR";
+
+/// Default device directory: shared memory, so the table and registered buffers never touch disk.
+pub const DEFAULT_DEVICE_DIR: &str = "/dev/shm/dpufs-fabric";
+
+/// How to open (and, for the first opener, create) a software device.
+#[derive(Clone, Debug)]
+pub struct DeviceOptions {
+    /// Directory holding the device files (`$DPUFS_FABRIC_DIR` or [`DEFAULT_DEVICE_DIR`]).
+    pub dir: PathBuf,
+    /// Device name: one per node, shared by every process on it.
+    pub name: String,
+    /// Key index space size, when creating the device (at most 2²⁴).
+    pub table_entries: u32,
+    /// Key generator, when creating the device.
+    pub key_gen: KeyGen,
+    /// **Test-only.** Checks this context's responders skip (added to those recorded in the
+    /// device and to [`DISABLE_CHECKS_ENV`]).
+    pub disabled_checks: NicChecks,
+    /// Address QPs of this context accept connections on (TCP; port 0 picks one).
+    pub listen: SocketAddr,
+}
+
+impl DeviceOptions {
+    /// Defaults for device `name`: 64Ki keys, mlx5-like keys, all checks on, loopback listener.
+    pub fn new(name: impl Into<String>) -> DeviceOptions {
+        DeviceOptions {
+            dir: std::env::var_os(DEVICE_DIR_ENV)
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_DEVICE_DIR)),
+            name: name.into(),
+            table_entries: 1 << 16,
+            key_gen: KeyGen::default(),
+            disabled_checks: NicChecks::NONE,
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        }
+    }
+
+    /// Same options in another directory.
+    pub fn in_dir(mut self, dir: impl Into<PathBuf>) -> DeviceOptions {
+        self.dir = dir.into();
+        self
+    }
+}
+
+/// A protection domain: a device-wide id, valid only in the context that allocated it.
+#[derive(Debug)]
+pub struct SoftPd {
+    ctx: u64,
+    id: u32,
+}
+
+/// An opened software device (one device context). Cloning shares the context.
+#[derive(Clone, Debug)]
+pub struct SoftDevice {
+    ctx: Arc<Context>,
+}
+
+/// Process-unique id of each context, to refuse objects of another context or device.
+static NEXT_CONTEXT_UID: AtomicU64 = AtomicU64::new(1);
+
+/// Everything one device open owns.
+#[derive(Debug)]
+pub(crate) struct Context {
+    pub table: DeviceTable,
+    /// Context id in the device (its slot).
+    pub id: u32,
+    /// Process-unique id.
+    pub uid: u64,
+    /// Checks this context's responders make.
+    pub checks: NicChecks,
+    pub key_gen: KeyGen,
+    pub mem_dir: PathBuf,
+    /// Registered memory by id: this context's own buffers, plus buffers of other contexts a
+    /// responder mapped (reachable only with checks switched off).
+    memory: RwLock<HashMap<u64, (Arc<Memory>, bool)>>,
+    pub qps: Arc<cm::QpRegistry>,
+    events: Mutex<VecDeque<AsyncEvent>>,
+    pub listen_addr: SocketAddr,
+    listener: TcpListener,
+}
+
+/// Foreign mappings kept before the cache is emptied.
+const FOREIGN_MAPPINGS: usize = 64;
+
+/// Locks a mutex, ignoring poisoning: every critical section here leaves its data consistent
+/// before anything that could panic.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl SoftDevice {
+    /// Opens device `opts.name` in `opts.dir`, creating it if this is the first open on the node.
+    pub fn open(opts: &DeviceOptions) -> Result<SoftDevice> {
+        std::fs::create_dir_all(&opts.dir)
+            .map_err(|e| FabricError::io(format!("create {}", opts.dir.display()), e))?;
+        let env_disabled = match std::env::var(DISABLE_CHECKS_ENV) {
+            Ok(v) => v
+                .parse::<NicChecks>()
+                .map_err(FabricError::InvalidArgument)?,
+            Err(_) => NicChecks::NONE,
+        };
+        let path = opts.dir.join(&opts.name);
+        let table = DeviceTable::open(
+            &path,
+            Geometry {
+                entries: opts.table_entries,
+                key_gen: opts.key_gen,
+                disabled_checks: opts.disabled_checks,
+            },
+        )?;
+        let disabled = table
+            .disabled_checks()
+            .union(opts.disabled_checks)
+            .union(env_disabled);
+        if !disabled.is_empty() {
+            // Loud on purpose: a device with checks off gives no isolation at all. Both
+            // channels, so it shows with or without a tracing subscriber.
+            eprintln!(
+                "dpufs-fabric: WARNING: NIC checks DISABLED on device {} ({disabled}); \
+                 test-only setting, no isolation",
+                path.display()
+            );
+            tracing::error!(device = %path.display(), checks = %disabled, "NIC checks disabled (test-only)");
+        }
+        let mem_dir = opts.dir.join(format!("{}.mem", opts.name));
+        std::fs::create_dir_all(&mem_dir)
+            .map_err(|e| FabricError::io(format!("create {}", mem_dir.display()), e))?;
+        reap_dead_contexts(&table, &mem_dir);
+        let id = table.register_context(std::process::id())?;
+        let listener = TcpListener::bind(opts.listen)
+            .map_err(|e| FabricError::io(format!("listen on {}", opts.listen), e))?;
+        let listen_addr = listener
+            .local_addr()
+            .map_err(|e| FabricError::io("listener address", e))?;
+        let qps = Arc::new(cm::QpRegistry::default());
+        let accept = listener
+            .try_clone()
+            .map_err(|e| FabricError::io("clone listener", e))?;
+        let ctx = Arc::new(Context {
+            key_gen: table.key_gen(),
+            table,
+            id,
+            uid: NEXT_CONTEXT_UID.fetch_add(1, Ordering::Relaxed),
+            checks: NicChecks::ALL.without(disabled),
+            mem_dir,
+            memory: RwLock::new(HashMap::new()),
+            qps: qps.clone(),
+            events: Mutex::new(VecDeque::new()),
+            listen_addr,
+            listener,
+        });
+        cm::spawn_listener(accept, qps).map_err(|e| FabricError::io("spawn listener", e))?;
+        Ok(SoftDevice { ctx })
+    }
+
+    /// Checks this context's responders make.
+    pub fn enabled_checks(&self) -> NicChecks {
+        self.ctx.checks
+    }
+
+    /// Key generator of the device.
+    pub fn key_gen(&self) -> KeyGen {
+        self.ctx.key_gen
+    }
+
+    fn check_pd(&self, pd: &SoftPd) -> Result<u32> {
+        if pd.ctx == self.ctx.uid {
+            Ok(pd.id)
+        } else {
+            Err(FabricError::InvalidArgument(
+                "protection domain of another device context".into(),
+            ))
+        }
+    }
+}
+
+impl Context {
+    /// Memory registered as `mem_id`: this context's own, or (with checks off) another context's
+    /// buffer on the same device, mapped on demand.
+    pub fn memory(&self, mem_id: u64) -> Option<Arc<Memory>> {
+        let read = self.memory.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some((mem, _)) = read.get(&mem_id) {
+            return Some(mem.clone());
+        }
+        drop(read);
+        let mem = Arc::new(Memory::open(&self.mem_dir, mem_id).ok()?);
+        let mut map = self.memory.write().unwrap_or_else(PoisonError::into_inner);
+        if map.values().filter(|(_, own)| !own).count() >= FOREIGN_MAPPINGS {
+            map.retain(|_, (_, own)| *own);
+        }
+        map.insert(mem_id, (mem.clone(), false));
+        Some(mem)
+    }
+
+    fn add_memory(&self, mem_id: u64, mem: Arc<Memory>) {
+        self.memory
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(mem_id, (mem, true));
+    }
+
+    fn remove_memory(&self, mem_id: u64) {
+        self.memory
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&mem_id);
+    }
+
+    /// Queues an asynchronous event.
+    pub fn post_event(&self, event: AsyncEvent) {
+        lock(&self.events).push_back(event);
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // Every object holds the context, so nothing of ours should be left; free whatever is
+        // (e.g. after a panic) so the indexes return to the device.
+        for index in self.table.owned_by(self.id) {
+            self.table.free(index);
+        }
+        self.table.release_context(self.id);
+        self.qps.close();
+        cm::shutdown_listener(&self.listener);
+    }
+}
+
+/// Frees the entries and buffers of contexts whose process died without closing the device,
+/// as the kernel cleans up after a process that held an HCA context.
+fn reap_dead_contexts(table: &DeviceTable, mem_dir: &Path) {
+    let alive = |pid: u32| {
+        // SAFETY: kill with signal 0 only checks whether the process exists.
+        let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+        rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    };
+    for (ctx, pid) in table.dead_contexts(alive) {
+        if !table.claim_dead_context(ctx, pid) {
+            continue;
+        }
+        for index in table.owned_by(ctx) {
+            table.force_unlock(index);
+            if let Some(f) = table.read(index)
+                && f.kind == Some(ObjectKind::Mr)
+            {
+                let _ = std::fs::remove_file(mem_dir.join(f.mem_id.to_string()));
+            }
+            table.free(index);
+        }
+        table.release_context(ctx);
+        tracing::info!(ctx, pid, "reaped device context of a dead process");
+    }
+}
+
+impl RdmaDevice for SoftDevice {
+    type Pd = SoftPd;
+    type Mr = SoftMr;
+    type Mw = SoftMw;
+    type Cq = SoftCq;
+    type Qp = SoftQp;
+
+    fn alloc_pd(&self) -> Result<SoftPd> {
+        Ok(SoftPd {
+            ctx: self.ctx.uid,
+            id: self.ctx.table.new_pd_id(),
+        })
+    }
+
+    fn reg_mr(&self, pd: &SoftPd, len: usize, access: Access) -> Result<SoftMr> {
+        let pd = self.check_pd(pd)?;
+        SoftMr::register(&self.ctx, pd, len, access)
+    }
+
+    fn dereg_mr(&self, mr: SoftMr) -> std::result::Result<(), DeregError<SoftMr>> {
+        mr.deregister()
+    }
+
+    fn alloc_mw(&self, pd: &SoftPd) -> Result<SoftMw> {
+        let pd = self.check_pd(pd)?;
+        SoftMw::allocate(&self.ctx, pd)
+    }
+
+    fn dealloc_mw(&self, mw: SoftMw) -> Result<()> {
+        drop(mw);
+        Ok(())
+    }
+
+    fn create_cq(&self, depth: u32) -> Result<SoftCq> {
+        Ok(SoftCq::new(depth))
+    }
+
+    fn create_qp(
+        &self,
+        pd: &SoftPd,
+        send_cq: &SoftCq,
+        recv_cq: &SoftCq,
+        caps: QpCaps,
+    ) -> Result<SoftQp> {
+        let pd = self.check_pd(pd)?;
+        Ok(SoftQp::create(&self.ctx, pd, send_cq, recv_cq, caps))
+    }
+
+    fn poll_async_event(&self) -> Option<AsyncEvent> {
+        lock(&self.ctx.events).pop_front()
+    }
+
+    fn counters(&self) -> DeviceCounters {
+        self.ctx.table.counters()
+    }
+}

@@ -1,0 +1,144 @@
+//! Completion processing of a connected QP: reads the responses to this QP's requests (ACK,
+//! NAK, READ response) and completes work requests in order. READ data is received straight
+//! into the registered buffer the work request named.
+//!
+//! Two parties may do the reading, one at a time under the QP's reader lock: the QP's
+//! completion thread, which always makes progress, and a caller waiting on the send CQ
+//! ([`SoftCq::wait`](super::SoftCq) / `poll`), which reads the response itself while it spins.
+//! The second saves the hand-off from the completion thread to the caller, which dominates a
+//! small round trip (a thread wake-up on another core costs more than the whole syscall path).
+//! While a caller drives the QP, the completion thread naps instead of waking for every
+//! response; the caller hands the job back when it goes to sleep.
+
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, TryLockError};
+use std::thread;
+use std::time::Duration;
+
+use super::qp::{Cause, QpShared};
+use super::wire::{Frame, NakCode, Op, discard, read_frame, recv_into};
+use crate::verbs::{QpState, WcStatus};
+
+/// Longest nap of the completion thread while a waiter drives the QP.
+const DRIVEN_NAP: Duration = Duration::from_millis(1);
+
+/// The completion thread: waits until responses are readable, then processes them unless a
+/// waiting caller already is.
+pub(crate) fn run(qp: &Arc<QpShared>, stream: &TcpStream) {
+    let fd = stream.as_raw_fd();
+    loop {
+        if qp.driven.load(Ordering::Acquire) > 0 {
+            // A waiter reads the responses itself: waking up for each of them would only take
+            // a core from it. It unparks us when it goes to sleep; the timeout is a safety net.
+            thread::park_timeout(DRIVEN_NAP);
+            if crate::soft::lock(&qp.reader).is_none() {
+                // The QP is being destroyed or reset.
+                return;
+            }
+            continue;
+        }
+        if !readable(fd, -1) {
+            break;
+        }
+        let reader = match qp.reader.try_lock() {
+            Ok(reader) => reader,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // A caller is reading; look again once it had the chance to finish.
+                thread::yield_now();
+                continue;
+            }
+        };
+        let ended = drain_ready(qp, fd);
+        drop(reader);
+        if ended {
+            break;
+        }
+    }
+    // The peer closed (it went to ERROR or away) or broke the protocol.
+    qp.enter_error(Cause::Transport);
+}
+
+/// Processes every response already waiting on `fd`; the caller holds the QP's reader lock.
+/// True once the channel ended (EOF, error, or a protocol violation).
+pub(crate) fn drain_ready(qp: &QpShared, fd: RawFd) -> bool {
+    while readable(fd, 0) {
+        match read_frame(fd) {
+            Ok(Some(frame)) => {
+                if !handle(qp, fd, &frame) {
+                    tracing::warn!(qp = qp.num, ?frame, "protocol error on the request channel");
+                    return true;
+                }
+            }
+            Ok(None) | Err(_) => return true,
+        }
+    }
+    false
+}
+
+/// Applies one response; false on a protocol error.
+fn handle(qp: &QpShared, fd: RawFd, frame: &Frame) -> bool {
+    if qp.state() == QpState::Error {
+        // Already failed: drain whatever still arrives until the peer closes, so its responder
+        // never blocks on a response we will not read.
+        let payload = if frame.op == Op::ReadResp {
+            frame.len
+        } else {
+            0
+        };
+        return discard(fd, payload as usize).is_ok();
+    }
+    match frame.op {
+        Op::Ack => {
+            qp.ack_through(frame.psn);
+            true
+        }
+        Op::ReadResp => {
+            let Some(seg) = qp.read_target(frame.psn, frame.len) else {
+                return false;
+            };
+            // SAFETY: `dst` is `seg.len` bytes inside the mapping `seg` keeps alive.
+            match seg.ptr() {
+                Some(dst) if unsafe { recv_into(fd, dst, seg.len) }.is_ok() => {
+                    qp.read_done(frame.psn, frame.len);
+                    true
+                }
+                _ => false,
+            }
+        }
+        Op::Nak => {
+            let status = match NakCode::from_u8(frame.code) {
+                Some(NakCode::InvalidRequest) => WcStatus::RemInvReqErr,
+                Some(NakCode::RemoteAccess) => WcStatus::RemAccessErr,
+                Some(NakCode::RemoteOperational) => WcStatus::RemOpErr,
+                Some(NakCode::Sequence) | None => WcStatus::RetryExcErr,
+            };
+            qp.nak(frame.psn, status);
+            true
+        }
+        // A request on the response direction: the peer is broken.
+        Op::Send | Op::SendInv | Op::Write | Op::ReadReq => false,
+    }
+}
+
+/// Whether `fd` has something to read (data, EOF or an error) within `timeout_ms` (-1: wait).
+fn readable(fd: RawFd, timeout_ms: i32) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: poll on one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        if n >= 0 {
+            return n > 0;
+        }
+        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            // A broken descriptor: report it readable so the reader finds the error.
+            return true;
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! The responder of a connected QP: the part of the NIC that serves the peer's requests.
+//!
+//! For each incoming request it makes the §1.5 checks ([`check_rma`]) before touching memory,
+//! then moves the payload between the socket and the registered buffer directly. A failed check
+//! NAKs the request and moves the QP to ERROR (class C), which closes the connection so the
+//! requester's QP fails too; later requests are never served.
+
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use super::qp::{Cause, Counters, QpShared};
+use super::table::Counter;
+use super::wire::{Frame, HEADER_LEN, NakCode, Op, read_frame, recv_into, send_frame, send_header};
+use crate::checks::{Nak, Rejection, ResponderQp, RmaOp, check_rma};
+use crate::verbs::{Access, QpState, WcStatus};
+
+/// What a served request still needs.
+enum Reply {
+    /// An ACK (may be deferred and merged with later ones).
+    Ack,
+    /// Nothing: a READ response was sent, which acknowledges everything before it.
+    Sent,
+    /// The QP is closing; stop serving.
+    Stop,
+}
+
+/// Why serving stopped with an error.
+struct Fatal {
+    /// NAK to send, if the connection still works.
+    nak: Option<NakCode>,
+    cause: Cause,
+    check: &'static str,
+}
+
+impl Fatal {
+    fn transport() -> Fatal {
+        Fatal {
+            nak: None,
+            cause: Cause::Transport,
+            check: "connection",
+        }
+    }
+
+    fn access(check: &'static str) -> Fatal {
+        Fatal {
+            nak: Some(NakCode::RemoteAccess),
+            cause: Cause::Access,
+            check,
+        }
+    }
+
+    fn invalid(check: &'static str) -> Fatal {
+        Fatal {
+            nak: Some(NakCode::InvalidRequest),
+            cause: Cause::InvalidRequest,
+            check,
+        }
+    }
+}
+
+impl From<Rejection> for Fatal {
+    fn from(r: Rejection) -> Fatal {
+        match r.nak {
+            Nak::RemoteAccess => Fatal::access(r.check),
+            Nak::InvalidRequest => Fatal::invalid(r.check),
+        }
+    }
+}
+
+pub(crate) fn run(qp: &Arc<QpShared>, stream: &TcpStream, me: ResponderQp, first_psn: u32) {
+    let fd = stream.as_raw_fd();
+    let mut expected = first_psn;
+    let mut unacked: Option<u32> = None;
+    loop {
+        // ACKs are cumulative: while the next request is already queued, one ACK after it
+        // covers this one too, saving a send and a wake-up of the requester per request.
+        if let Some(psn) = unacked
+            && !request_queued(fd)
+        {
+            if send_header(fd, &Frame::new(Op::Ack, psn)).is_err() {
+                break;
+            }
+            unacked = None;
+        }
+        let frame = match read_frame(fd) {
+            Ok(Some(frame)) => frame,
+            Ok(None) | Err(_) => break,
+        };
+        // A SEND may wait for a receive to be posted: acknowledge what came before it first,
+        // so the requester's earlier completions never depend on the receiver's application.
+        if let Some(psn) = unacked.take()
+            && matches!(frame.op, Op::Send | Op::SendInv)
+            && send_header(fd, &Frame::new(Op::Ack, psn)).is_err()
+        {
+            break;
+        }
+        if qp.state() == QpState::Error {
+            // Failed meanwhile (e.g. a local bind error): serve nothing more.
+            drain(fd);
+            return;
+        }
+        let outcome = if frame.psn == expected {
+            expected = expected.wrapping_add(1);
+            serve(qp, fd, &me, &frame)
+        } else {
+            Err(Fatal {
+                nak: Some(NakCode::Sequence),
+                cause: Cause::InvalidRequest,
+                check: "psn sequence",
+            })
+        };
+        match outcome {
+            Ok(Reply::Ack) => unacked = Some(frame.psn),
+            Ok(Reply::Sent) => unacked = None,
+            Ok(Reply::Stop) => return,
+            Err(fatal) => {
+                fail(qp, fd, &frame, &fatal);
+                drain(fd);
+                return;
+            }
+        }
+    }
+    // The peer closed its request channel: it failed or was destroyed. If this QP has its own
+    // request channel, the completion thread reads the rest of the story there (a NAK for one
+    // of our requests may still be queued before the close) and fails the QP itself.
+    if !qp.has_request_channel() {
+        qp.enter_error(Cause::Transport);
+    }
+}
+
+fn serve(qp: &QpShared, fd: RawFd, me: &ResponderQp, f: &Frame) -> Result<Reply, Fatal> {
+    let op = match f.op {
+        Op::Write => RmaOp::Write,
+        Op::ReadReq => RmaOp::Read,
+        Op::Send | Op::SendInv => return serve_send(qp, fd, f),
+        Op::Ack | Op::Nak | Op::ReadResp => {
+            return Err(Fatal::invalid("response on a request channel"));
+        }
+    };
+    let len = u64::from(f.len);
+    let target = check_rma(qp.ctx.checks, me, op, f.key, f.addr, len, |index| {
+        qp.ctx.table.object(index)
+    })?;
+    // Resolve the memory before consuming any payload: a refused WRITE never lands.
+    let place = match target {
+        None => None,
+        Some(t) => {
+            let mem = qp
+                .ctx
+                .memory(t.mem_id)
+                .ok_or(Fatal::access("registered memory gone"))?;
+            let ptr = mem
+                .range(t.offset, t.len)
+                .ok_or(Fatal::access("outside registered memory"))?;
+            Some((mem, ptr))
+        }
+    };
+    match op {
+        RmaOp::Write => {
+            if let Some((_mem, dst)) = &place {
+                // SAFETY: `dst` is `len` bytes inside the mapping `_mem` keeps alive.
+                unsafe { recv_into(fd, *dst, f.len as usize) }.map_err(|_| Fatal::transport())?;
+            }
+            Counters::add(&qp.counters.bytes_received, len);
+            Ok(Reply::Ack)
+        }
+        RmaOp::Read => {
+            let resp = Frame {
+                len: f.len,
+                ..Frame::new(Op::ReadResp, f.psn)
+            };
+            let payload = place
+                .as_ref()
+                .map(|(_mem, src)| (*src as *const u8, f.len as usize));
+            // SAFETY: the payload is `len` bytes inside the mapping `place` keeps alive.
+            unsafe { send_frame(fd, &resp, payload) }.map_err(|_| Fatal::transport())?;
+            Counters::add(&qp.counters.bytes_served, len);
+            Ok(Reply::Sent)
+        }
+    }
+}
+
+/// SEND and SEND_WITH_INV: consume a posted receive, land the payload in it, and for
+/// SEND_WITH_INV invalidate the named window (which must be bound to this QP).
+fn serve_send(qp: &QpShared, fd: RawFd, f: &Frame) -> Result<Reply, Fatal> {
+    let Some(recv) = qp.take_recv() else {
+        return Ok(Reply::Stop);
+    };
+    let len = f.len as usize;
+    let complete = |status, inv| {
+        qp.recv_cq
+            .push(qp.recv_completion(recv.wr_id, status, f.len, inv));
+    };
+    if len > recv.sge.as_ref().map_or(0, |s| s.2) {
+        complete(WcStatus::LocLenErr, None);
+        return Err(Fatal::invalid("receive buffer too small"));
+    }
+    if let Some((mr, offset, _)) = recv.sge.as_ref().filter(|_| len > 0) {
+        let usable = mr.ctx.uid == qp.ctx.uid
+            && mr.pd == qp.pd
+            && mr.is_registered()
+            && mr.access.contains(Access::LOCAL_WRITE);
+        let Some(dst) = usable
+            .then(|| mr.mem.range(*offset as u64, len as u64))
+            .flatten()
+        else {
+            // The responder's own receive is at fault: LOC_PROT_ERR here, REM_OP_ERR there.
+            complete(WcStatus::LocProtErr, None);
+            return Err(Fatal {
+                nak: Some(NakCode::RemoteOperational),
+                cause: Cause::WorkRequest,
+                check: "receive buffer protection",
+            });
+        };
+        // SAFETY: `dst` is `len` bytes inside the receive MR's mapping, which `recv` keeps alive.
+        unsafe { recv_into(fd, dst, len) }.map_err(|_| Fatal::transport())?;
+    }
+    Counters::add(&qp.counters.bytes_received, len as u64);
+    let invalidated = if f.op == Op::SendInv {
+        if let Err(rule) = qp.remote_invalidate(f.key) {
+            complete(WcStatus::RemInvReqErr, None);
+            return Err(Fatal::invalid(rule));
+        }
+        Some(f.key)
+    } else {
+        None
+    };
+    complete(WcStatus::Success, invalidated);
+    Ok(Reply::Ack)
+}
+
+/// Reports a fatal request: ERROR here, then the NAK (if the connection still works), then the
+/// close that fails the requester's QP; counters and the audit log.
+fn fail(qp: &QpShared, fd: RawFd, f: &Frame, fatal: &Fatal) {
+    qp.fail_queues(fatal.cause);
+    if let Some(code) = fatal.nak {
+        let nak = Frame {
+            code: code as u8,
+            ..Frame::new(Op::Nak, f.psn)
+        };
+        // If even the NAK cannot be sent, the requester learns from the closed connection.
+        let _ = send_header(fd, &nak);
+    }
+    qp.shut_write_sides();
+    match fatal.cause {
+        Cause::Access => {
+            Counters::add(&qp.counters.remote_access_errors, 1);
+            qp.ctx.table.bump(Counter::RemoteAccessErrors);
+        }
+        Cause::InvalidRequest => {
+            Counters::add(&qp.counters.invalid_requests, 1);
+            qp.ctx.table.bump(Counter::InvalidRequests);
+        }
+        Cause::WorkRequest | Cause::Transport | Cause::User => {}
+    }
+    tracing::warn!(
+        qp = qp.num,
+        op = ?f.op,
+        rkey = format_args!("{:#x}", f.key),
+        addr = format_args!("{:#x}", f.addr),
+        len = f.len,
+        check = fatal.check,
+        "refused request; QP to ERROR"
+    );
+}
+
+/// Whether a whole request header is already waiting in the socket.
+fn request_queued(fd: RawFd) -> bool {
+    let mut pending: libc::c_int = 0;
+    // SAFETY: FIONREAD stores the number of readable bytes into the int we pass.
+    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut pending) };
+    rc == 0 && pending as usize >= HEADER_LEN
+}
+
+/// Reads and drops everything until the peer closes, so it never blocks sending to a QP that
+/// stopped serving, and learns of the failure from our closed direction instead.
+fn drain(fd: RawFd) {
+    let mut scratch = [0u8; 16 * 1024];
+    loop {
+        // SAFETY: receiving into a stack buffer of the given length.
+        let n = unsafe { libc::recv(fd, scratch.as_mut_ptr().cast(), scratch.len(), 0) };
+        if n > 0 {
+            continue;
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        return;
+    }
+}

@@ -1,0 +1,171 @@
+//! The conformance suite against the software provider, across real processes: this test
+//! process holds node 1's device context, a `fabric-peer` process the engine on node 2 (and,
+//! for the cross-tenant case, a second tenant on node 1). One test per case, and one test per
+//! NIC check proving that switching it off makes its witness case fail.
+
+use std::path::Path;
+use std::process::Command;
+
+use dpufs_fabric::NicChecks;
+use dpufs_fabric::conformance::{self, CHECK_WITNESSES, Env, Peer};
+use dpufs_fabric::soft::{DISABLE_CHECKS_ENV, DeviceOptions, SoftDevice};
+
+/// A fresh device directory, in shared memory where there is one (as in production).
+fn device_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    let builder = tempfile::Builder::new()
+        .prefix("dpufs-fabric-test")
+        .to_owned();
+    if shm.is_dir() {
+        builder.tempdir_in(shm)
+    } else {
+        builder.tempdir()
+    }
+    .expect("temp device dir")
+}
+
+/// Node 1 opened here and a peer process, both with `disabled` checks switched off.
+fn env(disabled: NicChecks) -> (tempfile::TempDir, Env<SoftDevice>) {
+    let dir = device_dir();
+    let opts = DeviceOptions {
+        disabled_checks: disabled,
+        ..DeviceOptions::new("node1").in_dir(dir.path())
+    };
+    let dev = SoftDevice::open(&opts).expect("open node1");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-peer"));
+    cmd.arg(dir.path());
+    if disabled.is_empty() {
+        cmd.env_remove(DISABLE_CHECKS_ENV);
+    } else {
+        cmd.env(DISABLE_CHECKS_ENV, disabled.to_string());
+    }
+    let peer = Peer::spawn(cmd).expect("spawn fabric-peer");
+    let env = Env::new(dev, "node1", peer, "node2").expect("engine setup in the peer");
+    (dir, env)
+}
+
+fn run_case(name: &str) {
+    let (_dir, env) = env(NicChecks::NONE);
+    let results = conformance::run_suite(&env, |n| n == name);
+    assert_eq!(results.len(), 1, "no case named {name}");
+    if let (_, Err(failure)) = &results[0] {
+        panic!("{name}: {failure}");
+    }
+}
+
+macro_rules! case_tests {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                run_case(stringify!($name));
+            }
+        )*
+
+        #[test]
+        fn every_case_has_a_test() {
+            let tested = [$(stringify!($name)),*];
+            for (name, _) in conformance::cases::<SoftDevice>() {
+                assert!(tested.contains(&name), "case {name} has no test");
+            }
+        }
+    };
+}
+
+case_tests![
+    mr_write_read_send,
+    zero_length_access_skips_key_check,
+    mw_bind_and_access,
+    mw_rebind_to_different_qp,
+    mw_rebind_to_different_rkey,
+    mw_cross_qp_invalidate,
+    mw_cross_qp_read,
+    mw_access_after_local_invalidate,
+    mw_stale_key_after_rebind,
+    mw_send_with_invalidate,
+    mw_send_with_invalidate_wrong_qp,
+    mw_dereg_mr_with_bound_window,
+    mw_bind_on_qp_in_error,
+    mw_zero_length_bind,
+    mw_bind_outside_mr,
+    mw_bind_needs_mw_bind_flag,
+    mw_remote_write_needs_local_write,
+    mw_on_other_pd,
+    mw_rights_enforced,
+    mw_access_outside_window,
+    destroy_qp_with_bound_window,
+    mr_on_other_pd,
+    mr_missing_remote_write,
+    mr_missing_remote_read,
+    mr_access_out_of_bounds,
+    stale_mr_key_after_dereg,
+    qp_without_remote_write,
+    local_read_target_without_local_write,
+    local_sge_of_other_pd,
+    send_into_recv_without_local_write,
+    recv_too_small,
+    error_flushes_later_wrs,
+    guessed_rkeys_fail_and_spare_other_tenants,
+    cross_tenant_rkey_across_processes,
+];
+
+/// Runs the whole suite with `check` off in both processes' responders and asserts that its
+/// witness fails. Prints every failing case, which documents what each check protects.
+fn switched_off(check: NicChecks) {
+    let witness = CHECK_WITNESSES
+        .iter()
+        .find(|(c, _)| *c == check)
+        .map(|(_, w)| *w)
+        .expect("every check has a witness");
+    let (_dir, env) = env(check);
+    let failed: Vec<&str> = conformance::run_suite(&env, |_| true)
+        .into_iter()
+        .filter(|(_, r)| r.is_err())
+        .map(|(name, _)| name)
+        .collect();
+    eprintln!("with `{check}` off, failing cases: {failed:?}");
+    assert!(
+        failed.contains(&witness),
+        "switching off `{check}` did not make `{witness}` fail (failed: {failed:?})"
+    );
+}
+
+#[test]
+fn check_switch_opcode() {
+    switched_off(NicChecks::OPCODE);
+}
+
+#[test]
+fn check_switch_key_byte() {
+    switched_off(NicChecks::KEY_BYTE);
+}
+
+#[test]
+fn check_switch_pd() {
+    switched_off(NicChecks::PD);
+}
+
+#[test]
+fn check_switch_mw_qp_binding() {
+    switched_off(NicChecks::MW_QP_BINDING);
+}
+
+#[test]
+fn check_switch_state() {
+    switched_off(NicChecks::STATE);
+}
+
+#[test]
+fn check_switch_rights() {
+    switched_off(NicChecks::RIGHTS);
+}
+
+#[test]
+fn check_switch_bounds() {
+    switched_off(NicChecks::BOUNDS);
+}
+
+#[test]
+fn every_check_has_a_switch_test() {
+    assert_eq!(CHECK_WITNESSES.len(), NicChecks::each().count());
+}
