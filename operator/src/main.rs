@@ -1,10 +1,14 @@
-//! `dpufs-operator`: the dpufs controllers. So far it prints the
-//! CustomResourceDefinitions of the dpufs kinds.
+//! `dpufs-operator`: the dpufs controllers (`run`) and the
+//! CustomResourceDefinitions of the dpufs kinds (`crds`).
 
 mod crds;
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use dpufs_operator::{Context, leader::LeaseLock, metrics, run_as_leader};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -27,11 +31,86 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
+    /// Run the DaosPool and DaosContainer controllers (in-cluster config or
+    /// KUBECONFIG); only the replica holding the Lease acts.
+    Run {
+        /// Where /metrics and /healthz are served.
+        #[arg(long, default_value = "0.0.0.0:8080", env = "METRICS_ADDR")]
+        metrics_addr: String,
+        /// Name of the leader-election Lease.
+        #[arg(long, default_value = "dpufs-operator")]
+        lease_name: String,
+        /// Namespace of the Lease (normally the operator's own).
+        #[arg(long, default_value = "default", env = "POD_NAMESPACE")]
+        lease_namespace: String,
+        /// This replica's identity in the Lease.
+        #[arg(long, env = "POD_NAME")]
+        identity: Option<String>,
+        /// Lease duration in seconds; renewed every third of it.
+        #[arg(long, default_value_t = 15)]
+        lease_seconds: u64,
+        /// Where DaosSystem TLS Secrets are written out for the DAOS client.
+        #[arg(long, default_value = "/tmp/dpufs-operator/tls")]
+        tls_dir: PathBuf,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Crds { out: None } => crds::print(&mut std::io::stdout().lock()),
         Command::Crds { out: Some(dir) } => crds::write(&dir),
+        Command::Run {
+            metrics_addr,
+            lease_name,
+            lease_namespace,
+            identity,
+            lease_seconds,
+            tls_dir,
+        } => tokio::runtime::Runtime::new()?.block_on(run(
+            metrics_addr,
+            lease_name,
+            lease_namespace,
+            identity,
+            Duration::from_secs(lease_seconds),
+            tls_dir,
+        )),
+    }
+}
+
+async fn run(
+    metrics_addr: String,
+    lease_name: String,
+    lease_namespace: String,
+    identity: Option<String>,
+    lease: Duration,
+    tls_dir: PathBuf,
+) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API")?;
+    let ctx = Arc::new(Context::new(client.clone(), tls_dir));
+    let listener = tokio::net::TcpListener::bind(&metrics_addr)
+        .await
+        .with_context(|| format!("binding {metrics_addr}"))?;
+    tokio::spawn(metrics::serve(listener, ctx.metrics.clone()));
+    let identity = identity.unwrap_or_else(|| format!("dpufs-operator-{}", uuid::Uuid::new_v4()));
+    let lock = LeaseLock::new(
+        kube::Api::namespaced(client, &lease_namespace),
+        &lease_name,
+        &identity,
+        lease,
+    );
+    tracing::info!(%identity, lease = %lease_name, "waiting for leadership");
+    tokio::select! {
+        r = run_as_leader(ctx, lock) => match r {
+            Ok(()) => Ok(()),
+            Err(e) => Err(anyhow::anyhow!("{e}; exiting so that only one replica acts")),
+        },
+        _ = tokio::signal::ctrl_c() => Ok(()),
     }
 }

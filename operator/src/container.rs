@@ -1,0 +1,322 @@
+//! The DaosContainer controller: finalizer, ContainerCreate with a UUID
+//! derived from the object's UID, ACL ownership as for pools, owner, status,
+//! deletion per policy.
+
+use crate::Context;
+use crate::conditions::set_condition;
+use crate::error::{Error, Result};
+use crate::pool::{MANAGER, OWNED_ACL_ANNOTATION, owned_acl, plan_acl, publish};
+use dpufs_api::{
+    CONTAINER_FINALIZER, DaosContainer, DaosContainerStatus, DaosPool, DeletionPolicy, condition,
+};
+use dpufs_daos::{ContainerAdmin, ContainerSpec, DaosError};
+use dpufs_proto::daos::props::{CONT_LAYOUT_TYPE, CONT_RD_FAC, LAYOUT_POSIX, PropValue};
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Instant;
+use uuid::Uuid;
+
+/// Namespace of container UUIDs: `Uuid::new_v5(CONTAINER_UUID_NAMESPACE, metadata.uid)`.
+pub const CONTAINER_UUID_NAMESPACE: Uuid =
+    Uuid::from_u128(0x6470_7566_732e_696f_2f63_6f6e_7400_0001);
+
+pub fn container_uuid(object_uid: &str) -> Uuid {
+    Uuid::new_v5(&CONTAINER_UUID_NAMESPACE, object_uid.as_bytes())
+}
+
+/// The DAOS label: `spec.label`, or `<namespace>-<name>` cut to 127 characters.
+pub fn container_label(c: &DaosContainer) -> String {
+    match &c.spec.label {
+        Some(l) => l.clone(),
+        None => format!("{}-{}", c.namespace().unwrap_or_default(), c.name_any())
+            .chars()
+            .take(127)
+            .collect(),
+    }
+}
+
+/// The ContainerCreate request (object classes, chunk size and capacity are
+/// not passed yet).
+pub fn create_spec(c: &DaosContainer, pool_uuid: &str, uuid: Uuid) -> ContainerSpec {
+    let mut properties = vec![(CONT_LAYOUT_TYPE, PropValue::Num(LAYOUT_POSIX))];
+    if let Some(rf) = c.spec.redundancy_factor {
+        properties.push((CONT_RD_FAC, PropValue::Num(u64::from(rf))));
+    }
+    ContainerSpec {
+        pool: pool_uuid.to_string(),
+        uuid: Some(uuid),
+        label: container_label(c),
+        properties,
+        acl: c.spec.acl.clone().unwrap_or_default(),
+        owner_user: c.spec.owner.clone().unwrap_or_default(),
+        owner_group: c.spec.group.clone().unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
+async fn apply_status(
+    api: &Api<DaosContainer>,
+    name: &str,
+    status: &DaosContainerStatus,
+) -> Result<()> {
+    let patch =
+        json!({"apiVersion": "dpufs.io/v1alpha1", "kind": "DaosContainer", "status": status});
+    api.patch_status(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn set_finalizers(api: &Api<DaosContainer>, c: &DaosContainer, f: Vec<String>) -> Result<()> {
+    let patch = json!({"metadata": {"finalizers": f, "resourceVersion": c.resource_version()}});
+    api.patch(
+        &c.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The pool's UUID and system, once the pool is ready.
+async fn pool_of(ctx: &Context, c: &DaosContainer) -> Result<(String, String)> {
+    let pools: Api<DaosPool> = Api::all(ctx.client.clone());
+    let pool = pools
+        .get_opt(&c.spec.pool_ref)
+        .await?
+        .ok_or_else(|| Error::PoolNotReady(c.spec.pool_ref.clone()))?;
+    let uuid = pool
+        .status
+        .as_ref()
+        .and_then(|s| s.uuid.clone())
+        .ok_or_else(|| Error::PoolNotReady(c.spec.pool_ref.clone()))?;
+    Ok((uuid, pool.spec.system_ref.clone()))
+}
+
+/// Reconciles one DaosContainer.
+pub async fn reconcile(c: Arc<DaosContainer>, ctx: Arc<Context>) -> Result<Action> {
+    let start = Instant::now();
+    let result = reconcile_inner(&c, &ctx).await;
+    ctx.metrics
+        .observe("DaosContainer", start.elapsed(), result.as_ref().err());
+    if result.is_ok() {
+        ctx.backoff.reset(&key(&c));
+    }
+    result
+}
+
+fn key(c: &DaosContainer) -> String {
+    format!(
+        "DaosContainer/{}/{}",
+        c.namespace().unwrap_or_default(),
+        c.name_any()
+    )
+}
+
+async fn reconcile_inner(c: &DaosContainer, ctx: &Context) -> Result<Action> {
+    let ns = c.namespace().unwrap_or_default();
+    let name = c.name_any();
+    let api: Api<DaosContainer> = Api::namespaced(ctx.client.clone(), &ns);
+    let uuid = container_uuid(c.metadata.uid.as_deref().ok_or(Error::MissingUid)?);
+    let has_finalizer = c.finalizers().iter().any(|f| f == CONTAINER_FINALIZER);
+    if c.metadata.deletion_timestamp.is_some() {
+        if !has_finalizer {
+            return Ok(Action::await_change());
+        }
+        let rest: Vec<String> = c
+            .finalizers()
+            .iter()
+            .filter(|f| *f != CONTAINER_FINALIZER)
+            .cloned()
+            .collect();
+        if c.spec.deletion_policy == DeletionPolicy::Delete {
+            // A pool that is gone took the container with it.
+            if let Ok((pool_uuid, system)) = pool_of(ctx, c).await {
+                let sys = ctx.systems.get(&system).await?;
+                match sys
+                    .containers
+                    .destroy(&pool_uuid, &uuid.to_string(), false)
+                    .await
+                {
+                    Ok(()) | Err(DaosError::NotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                publish(
+                    ctx,
+                    c,
+                    EventType::Normal,
+                    "Destroyed",
+                    format!("container {uuid} destroyed"),
+                )
+                .await;
+            }
+        }
+        set_finalizers(&api, c, rest).await?;
+        return Ok(Action::await_change());
+    }
+    if !has_finalizer {
+        let mut f = c.finalizers().to_vec();
+        f.push(CONTAINER_FINALIZER.to_string());
+        set_finalizers(&api, c, f).await?;
+    }
+    let previous = c.status.clone().unwrap_or_default();
+    let mut status = previous.clone();
+    let result = ensure(c, ctx, &api, uuid).await;
+    let (ok, reason, message) = match &result {
+        Ok((pool_uuid, label)) => {
+            status.uuid = Some(uuid.to_string());
+            status.label = Some(label.clone());
+            status.pool_uuid = Some(pool_uuid.clone());
+            status.observed_generation = c.metadata.generation;
+            (true, "ContainerReady", "the container exists".to_string())
+        }
+        Err(e) => (false, e.reason(), e.to_string()),
+    };
+    let changed = set_condition(
+        &mut status.conditions,
+        condition::READY,
+        ok,
+        reason,
+        &message,
+        c.metadata.generation,
+    );
+    if status != previous {
+        apply_status(&api, &name, &status).await?;
+    }
+    if changed {
+        let t = if ok {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        publish(ctx, c, t, reason, message).await;
+    }
+    result.map(|_| Action::requeue(ctx.resync))
+}
+
+async fn ensure(
+    c: &DaosContainer,
+    ctx: &Context,
+    api: &Api<DaosContainer>,
+    uuid: Uuid,
+) -> Result<(String, String)> {
+    let (pool_uuid, system) = pool_of(ctx, c).await?;
+    let sys = ctx.systems.get(&system).await?;
+    let cont = uuid.to_string();
+    let info = match sys.containers.query(&pool_uuid, &cont).await {
+        Ok(info) => info,
+        Err(DaosError::NotFound { .. }) => {
+            let spec = create_spec(c, &pool_uuid, uuid);
+            tracing::info!(container = %c.name_any(), %uuid, "creating container");
+            let info = sys.containers.create(&spec).await?;
+            publish(
+                ctx,
+                c,
+                EventType::Normal,
+                "Created",
+                format!("created container {uuid}"),
+            )
+            .await;
+            info
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let owned = owned_acl(c);
+    let plan = plan_acl(
+        c.spec.acl.as_deref().unwrap_or_default(),
+        &owned,
+        &info.acl.entries,
+    );
+    if !plan.update.is_empty() {
+        sys.containers
+            .update_acl(&pool_uuid, &cont, plan.update.clone())
+            .await?;
+    }
+    for p in &plan.delete {
+        sys.containers.delete_acl(&pool_uuid, &cont, p).await?;
+    }
+    if plan.owned != owned {
+        let value = serde_json::to_string(&plan.owned).expect("JSON");
+        let patch = json!({"metadata": {"annotations": {OWNED_ACL_ANNOTATION: value}}});
+        api.patch(
+            &c.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    }
+    let user = c.spec.owner.clone().unwrap_or_default();
+    let group = c.spec.group.clone().unwrap_or_default();
+    if (!user.is_empty() && user != info.acl.owner_user)
+        || (!group.is_empty() && group != info.acl.owner_group)
+    {
+        sys.mgmt
+            .cont_set_owner(&pool_uuid, &cont, &user, &group)
+            .await?;
+    }
+    Ok((pool_uuid, info.label))
+}
+
+pub fn error_policy(c: Arc<DaosContainer>, err: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.backoff.next(&key(&c));
+    tracing::warn!(container = %key(&c), error = %err, reason = err.reason(), ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Runs the DaosContainer controller; pool changes re-trigger their containers.
+pub async fn run(ctx: Arc<Context>) {
+    let conts: Api<DaosContainer> = Api::all(ctx.client.clone());
+    let pools: Api<DaosPool> = Api::all(ctx.client.clone());
+    let controller = Controller::new(conts, watcher::Config::default());
+    let store = controller.store();
+    controller
+        .watches(pools, watcher::Config::default(), move |p| {
+            let name = p.name_any();
+            store
+                .state()
+                .into_iter()
+                .filter(|c| c.spec.pool_ref == name)
+                .map(|c| ObjectRef::from_obj(&*c))
+                .collect::<Vec<_>>()
+        })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "reconcile error");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_spec_is_posix_with_derived_uuid() {
+        let c: DaosContainer = serde_json::from_value(json!({
+            "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosContainer",
+            "metadata": {"name": "data", "namespace": "team", "uid": "u1"},
+            "spec": {"poolRef": "tank", "redundancyFactor": 1}
+        }))
+        .unwrap();
+        let spec = create_spec(&c, "P", container_uuid("u1"));
+        assert_eq!(spec.label, "team-data");
+        assert_eq!(spec.uuid, Some(container_uuid("u1")));
+        assert!(
+            spec.properties
+                .contains(&(CONT_LAYOUT_TYPE, PropValue::Num(LAYOUT_POSIX)))
+        );
+        assert!(spec.properties.contains(&(CONT_RD_FAC, PropValue::Num(1))));
+    }
+}

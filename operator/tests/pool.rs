@@ -1,0 +1,674 @@
+//! The DaosPool controller (real kube-runtime Controller) against the
+//! in-crate fake API server and a real `dpufs-engine` process.
+
+use dpufs_api::{DaosContainer, DaosPool, DaosSystem, POOL_FINALIZER, condition};
+use dpufs_daos::{ContainerAdmin, ContainerSpec, DaosError, EngineContainers, EngineRanks};
+use dpufs_e2e::{EngineOpts, EngineProcess};
+use dpufs_operator::testing::FakeApiServer;
+use dpufs_operator::{Backoff, Context, conditions, container, pool};
+use dpufs_proto::daos::props::PropValue;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Harness {
+    fake: FakeApiServer,
+    engine: EngineProcess,
+    pools: Api<DaosPool>,
+    operator: Option<tokio::task::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+fn context(fake: &FakeApiServer, tls: &std::path::Path) -> Arc<Context> {
+    let mut ctx = Context::new(fake.client(), tls.to_path_buf());
+    ctx.systems = dpufs_operator::systems::SystemClients::new(fake.client(), tls.to_path_buf())
+        .with_request_timeout(Duration::from_secs(2));
+    ctx.resync = Duration::from_millis(500);
+    ctx.blocked_retry = Duration::from_millis(300);
+    ctx.backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(1));
+    Arc::new(ctx)
+}
+
+impl Harness {
+    async fn new(ranks: u32) -> Harness {
+        Self::with_tls(ranks, false).await
+    }
+
+    async fn with_tls(ranks: u32, tls: bool) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = dir.path().join("certs");
+        if tls {
+            dpufs_daos::certs::generate(&certs).unwrap();
+        }
+        let engine = EngineProcess::start(
+            &dir.path().join("engine"),
+            EngineOpts {
+                ranks,
+                tls_dir: tls.then(|| certs.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let fake = FakeApiServer::new();
+        let systems: Api<DaosSystem> = Api::all(fake.client());
+        let security = if tls {
+            let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+                Api::namespaced(fake.client(), "dpufs-system");
+            let data: serde_json::Map<String, serde_json::Value> =
+                ["daosCA.crt", "admin.crt", "admin.key"]
+                    .iter()
+                    .map(|f| {
+                        let bytes = std::fs::read(certs.join(f)).unwrap();
+                        let b64 = k8s_openapi::ByteString(bytes);
+                        (f.to_string(), serde_json::to_value(b64).unwrap())
+                    })
+                    .collect();
+            let secret = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "daos-admin-cert", "namespace": "dpufs-system"},
+                "data": data
+            }))
+            .unwrap();
+            secrets
+                .create(&PostParams::default(), &secret)
+                .await
+                .unwrap();
+            json!({"tls": {"secretRef": {"name": "daos-admin-cert", "namespace": "dpufs-system"}}})
+        } else {
+            json!({"insecure": true})
+        };
+        let mut spec = json!({"endpoints": [engine.addr], "version": "2.8.0"});
+        dpufs_operator::testing::merge(&mut spec, &security);
+        let sys: DaosSystem = serde_json::from_value(json!({
+            "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosSystem",
+            "metadata": {"name": "daos"},
+            "spec": spec
+        }))
+        .unwrap();
+        systems.create(&PostParams::default(), &sys).await.unwrap();
+        let pools = Api::all(fake.client());
+        Harness {
+            fake,
+            engine,
+            pools,
+            operator: None,
+            _dir: dir,
+        }
+    }
+
+    fn start_operator(&mut self) {
+        let ctx = context(&self.fake, &self._dir.path().join("tls"));
+        self.operator = Some(tokio::spawn(async move {
+            tokio::join!(pool::run(ctx.clone()), container::run(ctx));
+        }));
+    }
+
+    fn stop_operator(&mut self) {
+        if let Some(h) = self.operator.take() {
+            h.abort();
+        }
+    }
+
+    async fn create_pool(&self, name: &str, extra: serde_json::Value) -> DaosPool {
+        let mut spec = json!({"systemRef": "daos", "size": {"totalBytes": "1Gi"}});
+        dpufs_operator::testing::merge(&mut spec, &extra);
+        let p: DaosPool = serde_json::from_value(json!({
+            "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosPool",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .unwrap();
+        self.pools.create(&PostParams::default(), &p).await.unwrap()
+    }
+
+    async fn wait_pool(&self, name: &str, what: &str, f: impl Fn(&DaosPool) -> bool) -> DaosPool {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(p) = self.pools.get_opt(name).await.unwrap()
+                && f(&p)
+            {
+                return p;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; pool is {:#?}",
+                self.pools.get_opt(name).await.unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn wait_gone(&self, name: &str) {
+        let deadline = Instant::now() + WAIT;
+        while self.pools.get_opt(name).await.unwrap().is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {name} to go"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn wait_engine<T>(&self, what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(v) = f().await {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.stop_operator();
+    }
+}
+
+fn cond(p: &DaosPool, type_: &str) -> Option<(String, String, String)> {
+    let c = conditions::get(&p.status.as_ref()?.conditions, type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn is(p: &DaosPool, type_: &str, status: &str) -> bool {
+    cond(p, type_).is_some_and(|c| c.0 == status)
+}
+
+fn uuid_of(p: &DaosPool) -> String {
+    pool::pool_uuid(p.metadata.uid.as_deref().unwrap()).to_string()
+}
+
+fn events(fake: &FakeApiServer, reason: &str) -> usize {
+    fake.objects("events")
+        .iter()
+        .filter(|e| e["reason"] == reason)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_ready_idempotent_props_acl_and_blocked_delete() {
+    let mut h = Harness::new(1).await;
+    h.start_operator();
+    let created = h
+        .create_pool(
+            "tank",
+            json!({"deletionPolicy": "Delete",
+                   "properties": {"reclaim": "disabled", "rebuildReservedSpacePercent": 7},
+                   "acl": ["A::alice@:rw"]}),
+        )
+        .await;
+    let uuid = uuid_of(&created);
+    let p = h
+        .wait_pool("tank", "Ready", |p| is(p, condition::READY, "True"))
+        .await;
+    let st = p.status.clone().unwrap();
+    assert_eq!(st.uuid.as_deref(), Some(uuid.as_str()));
+    assert_eq!(st.label.as_deref(), Some("tank"));
+    assert_eq!(st.state.as_deref(), Some("Ready"));
+    assert!(!st.tiers.is_empty(), "tiers from PoolQuery");
+    assert_eq!(st.observed_generation, Some(1));
+    assert!(is(&p, condition::DEGRADED, "False"));
+    assert!(p.finalizers().iter().any(|f| f == POOL_FINALIZER));
+    let mgmt = h.engine.client();
+    assert_eq!(mgmt.list_pools().await.unwrap().len(), 1);
+    let props = mgmt.pool_get_props(&uuid, &[3, 5]).await.unwrap();
+    assert_eq!(props, vec![(3, PropValue::Num(7)), (5, PropValue::Num(0))]);
+
+    // Idempotent: several resyncs change nothing, in DAOS or in Kubernetes.
+    let before = h.fake.requests();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = h.fake.requests();
+    let writes: Vec<&String> = after[before.len()..]
+        .iter()
+        .filter(|r| !r.starts_with("GET"))
+        .collect();
+    assert!(writes.is_empty(), "quiet resyncs wrote {writes:?}");
+    assert_eq!(events(&h.fake, "Created"), 1);
+    assert_eq!(events(&h.fake, "PropertiesUpdated"), 0);
+    assert_eq!(mgmt.list_pools().await.unwrap().len(), 1);
+
+    // Property change in the spec is applied; drift in DAOS is corrected.
+    let patch = json!({"spec": {"properties": {"reclaim": "lazy"}}});
+    h.pools
+        .patch("tank", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    h.wait_engine("reclaim=lazy", async || {
+        let p = mgmt.pool_get_props(&uuid, &[5]).await.unwrap();
+        (p == vec![(5, PropValue::Num(1))]).then_some(())
+    })
+    .await;
+    mgmt.pool_set_props(&uuid, vec![(3, PropValue::Num(9))])
+        .await
+        .unwrap();
+    h.wait_engine("space_rb drift corrected", async || {
+        let p = mgmt.pool_get_props(&uuid, &[3]).await.unwrap();
+        (p == vec![(3, PropValue::Num(7))]).then_some(())
+    })
+    .await;
+    let p = h
+        .wait_pool("tank", "observedGeneration 2", |p| {
+            p.status.as_ref().and_then(|s| s.observed_generation) == Some(2)
+        })
+        .await;
+    assert!(is(&p, condition::READY, "True"));
+
+    // ACL: a foreign entry stays; drift of the operator's own entry is corrected.
+    mgmt.pool_update_acl(&uuid, vec!["A::tenant@:rw".into(), "A::alice@:r".into()])
+        .await
+        .unwrap();
+    let acl = h
+        .wait_engine("alice@ back to rw", async || {
+            let acl = mgmt.pool_get_acl(&uuid).await.unwrap();
+            acl.entries
+                .contains(&"A::alice@:rw".to_string())
+                .then_some(acl)
+        })
+        .await;
+    assert!(
+        acl.entries.contains(&"A::tenant@:rw".to_string()),
+        "{acl:?}"
+    );
+    // Dropping alice from the spec removes alice, and only alice.
+    let patch = json!({"spec": {"acl": null}});
+    h.pools
+        .patch("tank", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let acl = h
+        .wait_engine("alice@ removed", async || {
+            let acl = mgmt.pool_get_acl(&uuid).await.unwrap();
+            (!acl.entries.iter().any(|e| e.contains("alice@"))).then_some(acl)
+        })
+        .await;
+    assert!(
+        acl.entries.contains(&"A::tenant@:rw".to_string()),
+        "{acl:?}"
+    );
+    assert_eq!(acl.entries, vec!["A::tenant@:rw".to_string()]);
+
+    // Delete is blocked while a container exists, and proceeds after.
+    let conts = EngineContainers::new(&mgmt);
+    let cont = conts
+        .create(&ContainerSpec {
+            pool: uuid.clone(),
+            label: "c1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    h.pools
+        .delete("tank", &DeleteParams::default())
+        .await
+        .unwrap();
+    let p = h
+        .wait_pool("tank", "DeletionBlocked", |p| {
+            is(p, condition::DELETION_BLOCKED, "True")
+        })
+        .await;
+    let (_, reason, msg) = cond(&p, condition::DELETION_BLOCKED).unwrap();
+    assert_eq!(reason, "InUse");
+    assert!(msg.contains(&cont.uuid), "{msg}");
+    assert_eq!(events(&h.fake, "DeletionBlocked"), 1);
+    mgmt.pool_query(&uuid).await.expect("pool still there");
+    conts.destroy(&uuid, &cont.uuid, false).await.unwrap();
+    h.wait_gone("tank").await;
+    assert!(matches!(
+        mgmt.pool_query(&uuid).await,
+        Err(DaosError::NotFound { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_created_and_blocks_pool_deletion_until_deleted() {
+    let mut h = Harness::new(1).await;
+    h.start_operator();
+    let p = h
+        .create_pool("shared", json!({"deletionPolicy": "Delete"}))
+        .await;
+    let pool_uuid = uuid_of(&p);
+    let conts: Api<DaosContainer> = Api::namespaced(h.fake.client(), "team");
+    let c: DaosContainer = serde_json::from_value(json!({
+        "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosContainer",
+        "metadata": {"name": "data", "namespace": "team"},
+        "spec": {"poolRef": "shared", "deletionPolicy": "Delete", "acl": ["A::bob@:rw"]}
+    }))
+    .unwrap();
+    let c = conts.create(&PostParams::default(), &c).await.unwrap();
+    let cont_uuid = container::container_uuid(c.metadata.uid.as_deref().unwrap()).to_string();
+    let deadline = Instant::now() + WAIT;
+    let c = loop {
+        let c = conts.get("data").await.unwrap();
+        if c.status.as_ref().is_some_and(|s| {
+            conditions::get(&s.conditions, condition::READY).is_some_and(|r| r.status == "True")
+        }) {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "container not Ready: {c:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let st = c.status.unwrap();
+    assert_eq!(st.uuid.as_deref(), Some(cont_uuid.as_str()));
+    assert_eq!(st.pool_uuid.as_deref(), Some(pool_uuid.as_str()));
+    assert_eq!(st.label.as_deref(), Some("team-data"));
+    let mgmt = h.engine.client();
+    let admin = EngineContainers::new(&mgmt);
+    let info = admin.query(&pool_uuid, &cont_uuid).await.unwrap();
+    assert!(
+        info.acl.entries.contains(&"A::bob@:rw".to_string()),
+        "{info:?}"
+    );
+
+    h.pools
+        .delete("shared", &DeleteParams::default())
+        .await
+        .unwrap();
+    let p = h
+        .wait_pool("shared", "DeletionBlocked", |p| {
+            is(p, condition::DELETION_BLOCKED, "True")
+        })
+        .await;
+    assert!(
+        cond(&p, condition::DELETION_BLOCKED)
+            .unwrap()
+            .2
+            .contains("DaosContainer team/data")
+    );
+    conts
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    h.wait_gone("shared").await;
+    assert!(conts.get_opt("data").await.unwrap().is_none());
+    assert!(matches!(
+        mgmt.pool_query(&pool_uuid).await,
+        Err(DaosError::NotFound { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_secret_from_the_daos_system() {
+    let mut h = Harness::with_tls(1, true).await;
+    h.start_operator();
+    h.create_pool("secure", json!({})).await;
+    let p = h
+        .wait_pool("secure", "Ready", |p| is(p, condition::READY, "True"))
+        .await;
+    assert_eq!(p.status.unwrap().state.as_deref(), Some("Ready"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bound_persistent_volume_blocks_pool_deletion() {
+    use k8s_openapi::api::core::v1::PersistentVolume;
+    let mut h = Harness::new(1).await;
+    h.start_operator();
+    let p = h
+        .create_pool("bound", json!({"deletionPolicy": "Delete"}))
+        .await;
+    let uuid = uuid_of(&p);
+    h.wait_pool("bound", "Ready", |p| is(p, condition::READY, "True"))
+        .await;
+    let pvs: Api<PersistentVolume> = Api::all(h.fake.client());
+    let pv = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "pv1"},
+        "spec": {"csi": {"driver": pool::CSI_DRIVER, "volumeHandle": "h",
+                         "volumeAttributes": {"poolUuid": uuid}}}
+    }))
+    .unwrap();
+    pvs.create(&PostParams::default(), &pv).await.unwrap();
+    h.pools
+        .delete("bound", &DeleteParams::default())
+        .await
+        .unwrap();
+    let p = h
+        .wait_pool("bound", "DeletionBlocked", |p| {
+            is(p, condition::DELETION_BLOCKED, "True")
+        })
+        .await;
+    let msg = cond(&p, condition::DELETION_BLOCKED).unwrap().2;
+    assert!(msg.contains("PersistentVolume pv1"), "{msg}");
+    pvs.delete("pv1", &DeleteParams::default()).await.unwrap();
+    h.wait_gone("bound").await;
+    assert!(h.engine.client().list_pools().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retain_keeps_the_pool() {
+    let mut h = Harness::new(1).await;
+    h.start_operator();
+    let created = h.create_pool("keep", json!({})).await;
+    let uuid = uuid_of(&created);
+    h.wait_pool("keep", "Ready", |p| is(p, condition::READY, "True"))
+        .await;
+    h.pools
+        .delete("keep", &DeleteParams::default())
+        .await
+        .unwrap();
+    h.wait_gone("keep").await;
+    let info = h.engine.client().pool_query(&uuid).await.unwrap();
+    assert_eq!(info.label, "keep");
+    assert_eq!(events(&h.fake, "Retained"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_down_sets_ready_false_and_recovers() {
+    let mut h = Harness::new(1).await;
+    h.start_operator();
+    h.create_pool("flaky", json!({})).await;
+    h.wait_pool("flaky", "Ready", |p| is(p, condition::READY, "True"))
+        .await;
+    let opts = h.engine.opts.clone();
+    h.engine.kill();
+    let p = h
+        .wait_pool("flaky", "Ready=False", |p| is(p, condition::READY, "False"))
+        .await;
+    let (_, reason, msg) = cond(&p, condition::READY).unwrap();
+    assert_eq!(reason, "DaosUnavailable", "{msg}");
+    assert!(
+        msg.contains(&h.engine.addr),
+        "the DAOS client's text: {msg}"
+    );
+    h.engine.restart_with(opts).unwrap();
+    h.wait_pool("flaky", "Ready again", |p| is(p, condition::READY, "True"))
+        .await;
+    assert_eq!(h.engine.client().list_pools().await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_between_create_and_status_finds_the_same_pool() {
+    let mut h = Harness::new(1).await;
+    // A first operator got as far as the finalizer and PoolCreate, then died.
+    h.create_pool("crashy", json!({})).await;
+    let patch = json!({"metadata": {"finalizers": [POOL_FINALIZER]}});
+    let created = h
+        .pools
+        .patch("crashy", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let uuid = uuid_of(&created);
+    let spec = pool::create_spec(&created, uuid.parse().unwrap()).unwrap();
+    h.engine.client().pool_create(&spec).await.unwrap();
+    assert!(created.status.is_none());
+
+    h.start_operator();
+    let p = h
+        .wait_pool("crashy", "Ready", |p| is(p, condition::READY, "True"))
+        .await;
+    assert_eq!(p.status.unwrap().uuid.as_deref(), Some(uuid.as_str()));
+    let pools = h.engine.client().list_pools().await.unwrap();
+    assert_eq!(pools.len(), 1, "{pools:?}");
+    assert_eq!(events(&h.fake, "Created"), 0, "no second PoolCreate");
+    // A restarted operator changes nothing either.
+    h.stop_operator();
+    h.start_operator();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(h.engine.client().list_pools().await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_rank_sets_degraded() {
+    let mut h = Harness::new(2).await;
+    h.start_operator();
+    h.create_pool("wide", json!({})).await;
+    h.wait_pool("wide", "Ready", |p| is(p, condition::READY, "True"))
+        .await;
+    EngineRanks::new(&h.engine.client()).stop(1).await.unwrap();
+    let p = h
+        .wait_pool("wide", "Degraded", |p| is(p, condition::DEGRADED, "True"))
+        .await;
+    assert_eq!(p.status.unwrap().state.as_deref(), Some("TargetsExcluded"));
+    assert!(events(&h.fake, "Degraded") >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn system_change_rebuilds_the_client() {
+    let mut h = Harness::new(1).await;
+    h.start_operator();
+    h.create_pool("moving", json!({})).await;
+    h.wait_pool("moving", "Ready", |p| is(p, condition::READY, "True"))
+        .await;
+    let systems: Api<DaosSystem> = Api::all(h.fake.client());
+    let bad = json!({"spec": {"endpoints": ["127.0.0.1:1"]}});
+    systems
+        .patch("daos", &PatchParams::default(), &Patch::Merge(&bad))
+        .await
+        .unwrap();
+    let p = h
+        .wait_pool("moving", "Ready=False", |p| {
+            is(p, condition::READY, "False")
+        })
+        .await;
+    assert_eq!(cond(&p, condition::READY).unwrap().1, "DaosUnavailable");
+    let good = json!({"spec": {"endpoints": [h.engine.addr]}});
+    systems
+        .patch("daos", &PatchParams::default(), &Patch::Merge(&good))
+        .await
+        .unwrap();
+    h.wait_pool("moving", "Ready again", |p| is(p, condition::READY, "True"))
+        .await;
+    systems
+        .delete("daos", &DeleteParams::default())
+        .await
+        .unwrap();
+    let p = h
+        .wait_pool("moving", "SystemNotFound", |p| {
+            is(p, condition::READY, "False")
+        })
+        .await;
+    assert_eq!(cond(&p, condition::READY).unwrap().1, "SystemNotFound");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_reconciles() {
+    use dpufs_operator::leader::LeaseLock;
+    let h = Harness::new(1).await;
+    let leases = Api::namespaced(h.fake.client(), "dpufs-system");
+    let replica = |id: &str| {
+        let ctx = context(&h.fake, &h._dir.path().join(id));
+        let lock = LeaseLock::new(leases.clone(), "dpufs-operator", id, Duration::from_secs(3));
+        (
+            ctx.clone(),
+            tokio::spawn(dpufs_operator::run_as_leader(ctx, lock)),
+        )
+    };
+    let (a, ta) = replica("a");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (b, tb) = replica("b");
+    h.create_pool("solo", json!({})).await;
+    h.wait_pool("solo", "Ready", |p| is(p, condition::READY, "True"))
+        .await;
+    let count = |ctx: &Arc<Context>| {
+        ctx.metrics
+            .encode()
+            .lines()
+            .find(|l| l.starts_with("dpufs_operator_reconciles_total{kind=\"DaosPool\"}"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .unwrap_or(0)
+    };
+    assert!(count(&a) > 0, "the leader reconciles");
+    assert_eq!(count(&b), 0, "the standby does not");
+    // The leader goes away; the standby takes over once the Lease expires.
+    ta.abort();
+    let mgmt = h.engine.client();
+    let uuid = h
+        .pools
+        .get("solo")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .uuid
+        .unwrap();
+    mgmt.pool_set_props(&uuid, vec![(3, PropValue::Num(9))])
+        .await
+        .unwrap();
+    let patch = json!({"spec": {"properties": {"rebuildReservedSpacePercent": 6}}});
+    h.pools
+        .patch("solo", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    h.wait_engine("b corrected the property", async || {
+        let p = mgmt.pool_get_props(&uuid, &[3]).await.unwrap();
+        (p == vec![(3, PropValue::Num(6))]).then_some(())
+    })
+    .await;
+    assert!(count(&b) > 0, "b leads now");
+    tb.abort();
+    assert_eq!(mgmt.list_pools().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn leader_election_over_a_lease() {
+    use dpufs_operator::leader::LeaseLock;
+    let fake = FakeApiServer::new();
+    let leases = Api::default_namespaced(fake.client());
+    let a = LeaseLock::new(
+        leases.clone(),
+        "dpufs-operator",
+        "a",
+        Duration::from_secs(1),
+    );
+    let b = LeaseLock::new(leases, "dpufs-operator", "b", Duration::from_secs(1));
+    assert!(a.try_acquire_or_renew().await.unwrap());
+    assert!(!b.try_acquire_or_renew().await.unwrap(), "a holds it");
+    assert!(a.try_acquire_or_renew().await.unwrap(), "a renews");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert!(
+        b.try_acquire_or_renew().await.unwrap(),
+        "expired: b takes over"
+    );
+    assert!(!a.try_acquire_or_renew().await.unwrap(), "b holds it now");
+}
+
+/// Against a real cluster, only when KUBECONFIG is set: the CRDs answer.
+#[tokio::test]
+async fn real_cluster_smoke() {
+    if std::env::var_os("KUBECONFIG").is_none() {
+        eprintln!("KUBECONFIG not set: skipping the real-cluster test");
+        return;
+    }
+    let client = kube::Client::try_default().await.unwrap();
+    let pools: Api<DaosPool> = Api::all(client);
+    let list = tokio::time::timeout(WAIT, pools.list(&Default::default()))
+        .await
+        .expect("listing DaosPools timed out")
+        .expect("DaosPool CRD installed");
+    eprintln!("{} DaosPools", list.items.len());
+}
+
+#[test]
+fn names_are_stable() {
+    let p: DaosPool = serde_json::from_value(json!({
+        "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosPool",
+        "metadata": {"name": "n", "uid": "u"},
+        "spec": {"systemRef": "s", "size": {"totalBytes": "1Gi"}}
+    }))
+    .unwrap();
+    assert_eq!(pool::pool_label(&p), p.name_any());
+}
