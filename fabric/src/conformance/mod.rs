@@ -340,6 +340,50 @@ impl<D: RdmaDevice> Env<D> {
     }
 }
 
+/// Calls `$callback![case, case, ...]` with the name of every case, so the
+/// runtime list and the per-case `#[test]`s come from one list.
+#[macro_export]
+macro_rules! conformance_cases {
+    ($callback:ident) => {
+        $callback! {
+            mr_write_read_send,
+            zero_length_access_skips_key_check,
+            mw_bind_and_access,
+            mw_rebind_to_different_qp,
+            mw_rebind_to_different_rkey,
+            mw_cross_qp_invalidate,
+            mw_cross_qp_read,
+            mw_access_after_local_invalidate,
+            mw_stale_key_after_rebind,
+            mw_send_with_invalidate,
+            mw_send_with_invalidate_wrong_qp,
+            mw_dereg_mr_with_bound_window,
+            mw_bind_on_qp_in_error,
+            mw_zero_length_bind,
+            mw_bind_outside_mr,
+            mw_bind_needs_mw_bind_flag,
+            mw_remote_write_needs_local_write,
+            mw_on_other_pd,
+            mw_rights_enforced,
+            mw_access_outside_window,
+            destroy_qp_with_bound_window,
+            mr_on_other_pd,
+            mr_missing_remote_write,
+            mr_missing_remote_read,
+            mr_access_out_of_bounds,
+            stale_mr_key_after_dereg,
+            qp_without_remote_write,
+            local_read_target_without_local_write,
+            local_sge_of_other_pd,
+            send_into_recv_without_local_write,
+            recv_too_small,
+            error_flushes_later_wrs,
+            guessed_rkeys_fail_and_spare_other_tenants,
+            cross_tenant_rkey_across_processes,
+        }
+    };
+}
+
 /// Every case, by name.
 pub fn cases<D: RdmaDevice>() -> Vec<(&'static str, Case<D>)> {
     macro_rules! list {
@@ -347,42 +391,7 @@ pub fn cases<D: RdmaDevice>() -> Vec<(&'static str, Case<D>)> {
             vec![$((stringify!($name), cases::$name::<D> as Case<D>)),*]
         };
     }
-    list![
-        mr_write_read_send,
-        zero_length_access_skips_key_check,
-        mw_bind_and_access,
-        mw_rebind_to_different_qp,
-        mw_rebind_to_different_rkey,
-        mw_cross_qp_invalidate,
-        mw_cross_qp_read,
-        mw_access_after_local_invalidate,
-        mw_stale_key_after_rebind,
-        mw_send_with_invalidate,
-        mw_send_with_invalidate_wrong_qp,
-        mw_dereg_mr_with_bound_window,
-        mw_bind_on_qp_in_error,
-        mw_zero_length_bind,
-        mw_bind_outside_mr,
-        mw_bind_needs_mw_bind_flag,
-        mw_remote_write_needs_local_write,
-        mw_on_other_pd,
-        mw_rights_enforced,
-        mw_access_outside_window,
-        destroy_qp_with_bound_window,
-        mr_on_other_pd,
-        mr_missing_remote_write,
-        mr_missing_remote_read,
-        mr_access_out_of_bounds,
-        stale_mr_key_after_dereg,
-        qp_without_remote_write,
-        local_read_target_without_local_write,
-        local_sge_of_other_pd,
-        send_into_recv_without_local_write,
-        recv_too_small,
-        error_flushes_later_wrs,
-        guessed_rkeys_fail_and_spare_other_tenants,
-        cross_tenant_rkey_across_processes,
-    ]
+    conformance_cases!(list)
 }
 
 /// Runs the cases whose names pass `filter`, in order, and returns each outcome.
