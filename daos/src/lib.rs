@@ -5,6 +5,7 @@
 
 pub mod certs;
 pub mod containers;
+pub mod dfs;
 pub mod error;
 pub mod mgmt;
 pub mod ranks;

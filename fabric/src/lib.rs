@@ -41,8 +41,11 @@
 pub mod checks;
 pub mod conformance;
 mod error;
+#[cfg(feature = "rdma")]
+pub mod ibv;
 mod keys;
 mod provider;
+pub mod session;
 pub mod soft;
 mod verbs;
 

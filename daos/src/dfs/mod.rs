@@ -1,0 +1,274 @@
+//! DFS, the POSIX namespace of a DAOS container, as the volume worker uses it.
+//!
+//! [`Dfs`] is object-based, like libdfs and like FUSE: every call names objects by [`Oid`],
+//! the root is [`ROOT`], and there are no open-file handles to lose — a worker that restarts
+//! (crash failover, hot upgrade) keeps serving the kernel's inode numbers. Semantics are DFS's
+//! (daos-mgmt-wire.md §5): directories are objects, entries are keys, files are chunked, there
+//! are no hard links.
+//!
+//! Backends: the engine over the fabric (`EngineDfs`), and a local directory (`LocalDfs`),
+//! the reference the differential POSIX suite compares every backend with.
+
+use std::fmt;
+
+/// Object id. Stable for the object's life and never reused while a kernel may hold it.
+pub type Oid = u64;
+
+/// The root directory's object id.
+pub const ROOT_OID: Oid = 1;
+
+/// File type bits of [`Attr::mode`] (`S_IFMT`).
+pub const S_IFMT: u32 = 0o170000;
+/// Directory.
+pub const S_IFDIR: u32 = 0o040000;
+/// Regular file.
+pub const S_IFREG: u32 = 0o100000;
+/// Symbolic link.
+pub const S_IFLNK: u32 = 0o120000;
+
+/// A Linux errno value. An open set: backends pass through what the system said.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    pub const PERM: Errno = Errno(libc::EPERM);
+    pub const NOENT: Errno = Errno(libc::ENOENT);
+    pub const IO: Errno = Errno(libc::EIO);
+    pub const ACCES: Errno = Errno(libc::EACCES);
+    pub const EXIST: Errno = Errno(libc::EEXIST);
+    pub const XDEV: Errno = Errno(libc::EXDEV);
+    pub const NOTDIR: Errno = Errno(libc::ENOTDIR);
+    pub const ISDIR: Errno = Errno(libc::EISDIR);
+    pub const INVAL: Errno = Errno(libc::EINVAL);
+    pub const FBIG: Errno = Errno(libc::EFBIG);
+    pub const NOSPC: Errno = Errno(libc::ENOSPC);
+    pub const ROFS: Errno = Errno(libc::EROFS);
+    pub const RANGE: Errno = Errno(libc::ERANGE);
+    pub const NAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
+    pub const NOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
+    pub const NODATA: Errno = Errno(libc::ENODATA);
+    pub const STALE: Errno = Errno(libc::ESTALE);
+    pub const TIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
+    pub const DQUOT: Errno = Errno(libc::EDQUOT);
+}
+
+impl fmt::Debug for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", std::io::Error::from_raw_os_error(self.0), self.0)
+    }
+}
+
+/// A failed DFS call: the errno a POSIX caller sees, and why (for logs).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{errno:?}: {detail}")]
+pub struct DfsError {
+    /// What the caller sees.
+    pub errno: Errno,
+    /// Why.
+    pub detail: String,
+}
+
+impl DfsError {
+    /// An error with `errno` and a reason.
+    pub fn new(errno: Errno, detail: impl Into<String>) -> DfsError {
+        DfsError {
+            errno,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl From<std::io::Error> for DfsError {
+    fn from(e: std::io::Error) -> DfsError {
+        DfsError::new(Errno(e.raw_os_error().unwrap_or(libc::EIO)), e.to_string())
+    }
+}
+
+/// Result of a DFS call.
+pub type DfsResult<T> = Result<T, DfsError>;
+
+/// A point in time: seconds and nanoseconds since the Unix epoch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timespec {
+    /// Seconds (negative before 1970).
+    pub secs: i64,
+    /// Nanoseconds, below 10⁹.
+    pub nanos: u32,
+}
+
+/// What stat(2) reports about an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    /// The object.
+    pub oid: Oid,
+    /// File type and permission bits.
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Bytes for files, target length for symlinks, 0 for directories (DFS).
+    pub size: u64,
+    /// 512-byte blocks allocated.
+    pub blocks: u64,
+    /// Links (always 1 on DFS, which has no hard links).
+    pub nlink: u32,
+    /// Last access.
+    pub atime: Timespec,
+    /// Last data change.
+    pub mtime: Timespec,
+    /// Last status change.
+    pub ctime: Timespec,
+}
+
+impl Attr {
+    /// File type bits.
+    pub fn kind(&self) -> u32 {
+        self.mode & S_IFMT
+    }
+    /// Whether it is a directory.
+    pub fn is_dir(&self) -> bool {
+        self.kind() == S_IFDIR
+    }
+}
+
+/// How to set a timestamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSet {
+    /// To this time.
+    At(Timespec),
+    /// To the backend's clock (`UTIME_NOW`).
+    Now,
+}
+
+/// Attribute changes; `None` leaves a field alone. A `size` truncates or extends (sparse).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// Permission bits (the type bits are ignored).
+    pub mode: Option<u32>,
+    /// Owner.
+    pub uid: Option<u32>,
+    /// Group.
+    pub gid: Option<u32>,
+    /// New size.
+    pub size: Option<u64>,
+    /// Access time.
+    pub atime: Option<TimeSet>,
+    /// Modification time.
+    pub mtime: Option<TimeSet>,
+}
+
+/// An entry of a directory listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Entry name.
+    pub name: String,
+    /// The object it names.
+    pub oid: Oid,
+    /// File type bits of the object.
+    pub kind: u32,
+    /// Pass to [`Dfs::readdir`] to resume after this entry. Stable while the entry exists,
+    /// so a listing resumed after concurrent changes neither repeats nor skips surviving
+    /// entries (what a FUSE readdir offset must be across a worker restart).
+    pub cookie: u64,
+}
+
+/// A page of a directory listing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DirPage {
+    /// Entries in cookie order (no `.` or `..`).
+    pub entries: Vec<DirEntry>,
+    /// Nothing follows the last entry.
+    pub end: bool,
+}
+
+/// File-system usage, as statfs(2) reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    /// Capacity in bytes (the quota, where one applies).
+    pub total_bytes: u64,
+    /// Free bytes.
+    pub free_bytes: u64,
+    /// Objects in use.
+    pub files: u64,
+}
+
+/// `setxattr` flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XattrMode {
+    /// Create or replace.
+    #[default]
+    Any,
+    /// `XATTR_CREATE`: fail with EEXIST if it exists.
+    Create,
+    /// `XATTR_REPLACE`: fail with ENODATA if it does not exist.
+    Replace,
+}
+
+/// The POSIX namespace of one container.
+///
+/// Calls are synchronous and safe to make from many threads at once; a backend pipelines
+/// concurrent calls (the volume worker has one FUSE reader per thread). Names are single path
+/// components. No call checks POSIX permissions: the FUSE mount does (`default_permissions`).
+pub trait Dfs: Send + Sync {
+    /// Looks `name` up in directory `parent`.
+    fn lookup(&self, parent: Oid, name: &str) -> DfsResult<Attr>;
+    /// Attributes of `oid`.
+    fn getattr(&self, oid: Oid) -> DfsResult<Attr>;
+    /// Changes attributes; returns the new ones.
+    fn setattr(&self, oid: Oid, set: &SetAttr) -> DfsResult<Attr>;
+    /// Up to `max` entries of `dir` after `cookie` (0 starts from the beginning).
+    fn readdir(&self, dir: Oid, cookie: u64, max: usize) -> DfsResult<DirPage>;
+    /// Creates an empty regular file; EEXIST if the name is taken.
+    fn create(&self, parent: Oid, name: &str, mode: u32, uid: u32, gid: u32) -> DfsResult<Attr>;
+    /// Checks that `oid` can be opened (for writing, if `write`): ENOENT/ESTALE if it is gone,
+    /// EISDIR for a directory opened for writing, EROFS on a snapshot.
+    fn open(&self, oid: Oid, write: bool) -> DfsResult<Attr>;
+    /// Reads at `offset` into `buf`; returns the bytes read (short only at end of file).
+    fn read(&self, oid: Oid, offset: u64, buf: &mut [u8]) -> DfsResult<usize>;
+    /// Writes all of `data` at `offset`, extending the file as needed.
+    fn write(&self, oid: Oid, offset: u64, data: &[u8]) -> DfsResult<()>;
+    /// Makes the object's data (and, unless `datasync`, its metadata) durable.
+    fn fsync(&self, oid: Oid, datasync: bool) -> DfsResult<()>;
+    /// Renames, replacing an existing target as rename(2) does (`noreplace`: EEXIST instead).
+    fn rename(
+        &self,
+        parent: Oid,
+        name: &str,
+        new_parent: Oid,
+        new_name: &str,
+        noreplace: bool,
+    ) -> DfsResult<()>;
+    /// Removes a non-directory entry.
+    fn unlink(&self, parent: Oid, name: &str) -> DfsResult<()>;
+    /// Creates a directory.
+    fn mkdir(&self, parent: Oid, name: &str, mode: u32, uid: u32, gid: u32) -> DfsResult<Attr>;
+    /// Removes an empty directory.
+    fn rmdir(&self, parent: Oid, name: &str) -> DfsResult<()>;
+    /// Creates a symbolic link to `target`.
+    fn symlink(&self, parent: Oid, name: &str, target: &str, uid: u32, gid: u32)
+    -> DfsResult<Attr>;
+    /// Target of a symbolic link.
+    fn readlink(&self, oid: Oid) -> DfsResult<String>;
+    /// Sets an extended attribute.
+    fn setxattr(&self, oid: Oid, name: &str, value: &[u8], mode: XattrMode) -> DfsResult<()>;
+    /// Value of an extended attribute (ENODATA if absent).
+    fn getxattr(&self, oid: Oid, name: &str) -> DfsResult<Vec<u8>>;
+    /// Names of the object's extended attributes.
+    fn listxattr(&self, oid: Oid) -> DfsResult<Vec<String>>;
+    /// Removes an extended attribute (ENODATA if absent).
+    fn removexattr(&self, oid: Oid, name: &str) -> DfsResult<()>;
+    /// Usage of the container.
+    fn statfs(&self) -> DfsResult<StatFs>;
+
+    /// Truncates or extends (sparse) to `size`.
+    fn truncate(&self, oid: Oid, size: u64) -> DfsResult<Attr> {
+        self.setattr(
+            oid,
+            &SetAttr {
+                size: Some(size),
+                ..SetAttr::default()
+            },
+        )
+    }
+}

@@ -1,0 +1,1 @@
+//! The verbs provider: real ibverbs behind cargo feature `rdma` (design.md §Fabric providers).
