@@ -3,6 +3,7 @@
 //! embedded engine, and `up`/`down` for the one-command local stack.
 
 mod acl;
+mod bench;
 mod certs;
 mod cont;
 mod output;
@@ -109,6 +110,8 @@ enum Command {
     /// DAOS certificates for development clusters and tests.
     #[command(subcommand)]
     Certs(certs::CertsCmd),
+    /// The fio matrix side by side: a dpufs mount, the engine's backing directory, peers.
+    Bench(bench::BenchArgs),
 }
 
 /// The management client for an endpoint: DAOS's mutual TLS with the admin
@@ -142,6 +145,7 @@ async fn run(cli: Cli, target: &Target) -> anyhow::Result<()> {
         Command::Up(args) => up::up(args, &g.system).await,
         Command::Down(args) => up::down(args).await,
         Command::Certs(cmd) => certs::run(cmd, out),
+        Command::Bench(args) => bench::run(args).await,
     }
 }
 

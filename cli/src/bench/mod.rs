@@ -1,0 +1,320 @@
+//! `dpufs bench`: the fio matrix side by side (design.md §Performance protocol).
+//!
+//! Every case runs against every target round by round, the target order rotating each round,
+//! so drift on a shared machine hits all targets alike; the report gives medians over rounds
+//! and ratios to the baseline (the engine's backing directory: the local limit). The protocol
+//! is fixed and printed with the results: caches dropped before every read run, read files
+//! laid out once with fsync, write runs start from no file and end with fsync (`end_fsync=1`),
+//! the same for every target, peers included.
+
+mod cpu;
+mod fio;
+mod report;
+
+use crate::size::parse_size;
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use fio::{Case, Measured, Pattern, Protocol};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    sub: Option<BenchSub>,
+    #[command(flatten)]
+    matrix: MatrixArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchSub {
+    /// The fabric benchmarks (RDMA vs plain TCP between two processes), from a source tree.
+    Fabric,
+}
+
+#[derive(Debug, Args)]
+struct MatrixArgs {
+    /// The mount under test, NAME=PATH[@PROC,...] (PROCs: the processes whose CPU time is
+    /// charged to it; known names get defaults: dpufs, moosefs, glusterfs).
+    #[arg(long = "target", value_parser = parse_target)]
+    targets: Vec<Target>,
+    /// The local limit the ratios are taken against, NAME=PATH (the engine's backing directory).
+    #[arg(long, value_parser = parse_target)]
+    baseline: Option<Target>,
+    /// A comparison mount, NAME=PATH[@PROC,...] (repeatable; see bench/peers.sh).
+    #[arg(long = "peer", value_parser = parse_target)]
+    peers: Vec<Target>,
+    /// File size per job.
+    #[arg(long, value_parser = parse_size, default_value = "1G")]
+    size: u64,
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 10.0)]
+    runtime: f64,
+    /// Rounds; the report gives the median.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Job counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    jobs: Vec<u32>,
+    /// Patterns.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "seq-read,seq-write,rand-read,rand-write"
+    )]
+    patterns: Vec<Pattern>,
+    /// I/O modes: direct, buffered.
+    #[arg(long, value_delimiter = ',', default_value = "direct,buffered")]
+    modes: Vec<Mode>,
+    /// fio I/O engine.
+    #[arg(long, default_value = "psync")]
+    ioengine: String,
+    /// Queue depth per job (async engines).
+    #[arg(long, default_value_t = 1)]
+    iodepth: u32,
+    /// Where the JSON and Markdown reports go.
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    Direct,
+    Buffered,
+}
+
+/// A directory to measure and the processes that serve it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Target {
+    pub name: String,
+    pub path: PathBuf,
+    pub procs: Vec<String>,
+}
+
+fn default_procs(name: &str) -> &'static [&'static str] {
+    match name {
+        "dpufs" => &["dpufs-csi", "dpufs-engine"],
+        "moosefs" => &["mfsmount", "mfschunkserver", "mfsmaster"],
+        "glusterfs" => &["glusterfs", "glusterfsd"],
+        _ => &[],
+    }
+}
+
+fn parse_target(text: &str) -> Result<Target, String> {
+    let (name, rest) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: expected NAME=PATH[@PROC,...]"))?;
+    let (path, procs) = match rest.split_once('@') {
+        Some((p, procs)) => (p, procs.split(',').map(str::to_string).collect()),
+        None => (
+            rest,
+            default_procs(name).iter().map(|s| s.to_string()).collect(),
+        ),
+    };
+    if name.is_empty() || path.is_empty() {
+        return Err(format!("{text:?}: expected NAME=PATH[@PROC,...]"));
+    }
+    Ok(Target {
+        name: name.to_string(),
+        path: PathBuf::from(path),
+        procs,
+    })
+}
+
+/// One run's outcome: measured, or why it could not run (e.g. O_DIRECT refused).
+#[derive(Clone, Debug, Serialize)]
+pub struct Run {
+    pub target: String,
+    pub case: Case,
+    pub round: usize,
+    pub result: Result<Sample, String>,
+}
+
+/// A measurement with the CPU of everything involved.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Sample {
+    pub fio: Measured,
+    /// CPU seconds of the target's serving processes during the run.
+    pub server_cpu_s: f64,
+}
+
+impl Sample {
+    /// CPU seconds (fio + servers) per GiB moved.
+    pub fn cpu_s_per_gib(&self) -> f64 {
+        let gib = self.fio.bytes as f64 / f64::from(1 << 30);
+        if gib > 0.0 {
+            (self.fio.fio_cpu_s + self.server_cpu_s) / gib
+        } else {
+            0.0
+        }
+    }
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.sub {
+        Some(BenchSub::Fabric) => fabric(),
+        None => tokio::task::spawn_blocking(move || matrix(args.matrix)).await?,
+    }
+}
+
+/// `dpufs bench fabric`: the criterion benchmark of the fabric crate, from a source tree.
+fn fabric() -> anyhow::Result<()> {
+    let status = std::process::Command::new("cargo")
+        .args(["bench", "-p", "dpufs-fabric", "--bench", "rma"])
+        .status()
+        .context("run cargo (dpufs bench fabric runs from a dpufs source tree)")?;
+    if !status.success() {
+        bail!("cargo bench failed ({status})");
+    }
+    Ok(())
+}
+
+fn matrix(a: MatrixArgs) -> anyhow::Result<()> {
+    let Some(baseline) = a.baseline.clone() else {
+        bail!("give --baseline NAME=PATH (the engine's backing directory) and --target NAME=PATH");
+    };
+    let mut targets = a.targets.clone();
+    targets.push(baseline.clone());
+    targets.extend(a.peers.iter().cloned());
+    for t in &targets {
+        if !t.path.is_dir() {
+            bail!("{}: {} is not a directory", t.name, t.path.display());
+        }
+    }
+    let protocol = Protocol {
+        size: a.size,
+        runtime: Duration::from_secs_f64(a.runtime),
+        ioengine: a.ioengine.clone(),
+        iodepth: a.iodepth,
+    };
+    let cases = cases(&a);
+    eprintln!("{}", report::protocol_text(&protocol, &targets, a.rounds));
+    lay_out(&targets, &cases, &protocol)?;
+    let mut runs = Vec::new();
+    for round in 0..a.rounds {
+        for case in &cases {
+            for i in 0..targets.len() {
+                let target = &targets[(i + round) % targets.len()];
+                let result = run_one(target, case, &protocol).map_err(|e| format!("{e:#}"));
+                match &result {
+                    Ok(s) => eprintln!(
+                        "round {} {:<40} {:<10} {:>9.1} MiB/s {:>9.0} IOPS",
+                        round + 1,
+                        case.label(),
+                        target.name,
+                        s.fio.mib_per_s,
+                        s.fio.iops
+                    ),
+                    Err(e) => {
+                        eprintln!("round {} {} {}: {e}", round + 1, case.label(), target.name)
+                    }
+                }
+                runs.push(Run {
+                    target: target.name.clone(),
+                    case: *case,
+                    round,
+                    result,
+                });
+            }
+        }
+    }
+    for t in &targets {
+        // Leave the targets as found.
+        let _ = fio::remove_write_files(&t.path);
+        let _ = remove_read_files(&t.path);
+    }
+    report::write(&a.out, &protocol, &targets, &baseline.name, &cases, &runs)
+}
+
+fn cases(a: &MatrixArgs) -> Vec<Case> {
+    let mut out = Vec::new();
+    for &pattern in &a.patterns {
+        for &jobs in &a.jobs {
+            for &mode in &a.modes {
+                out.push(Case {
+                    pattern,
+                    jobs,
+                    direct: mode == Mode::Direct,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Lays out the read files on every target, once per job count.
+fn lay_out(targets: &[Target], cases: &[Case], protocol: &Protocol) -> anyhow::Result<()> {
+    let mut jobs: Vec<u32> = cases
+        .iter()
+        .filter(|c| !c.pattern.is_write())
+        .map(|c| c.jobs)
+        .collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    if let Some(&max) = jobs.last() {
+        // Files are per job number, so the largest job count lays out every file.
+        let case = Case {
+            pattern: Pattern::SeqRead,
+            jobs: max,
+            direct: false,
+        };
+        for t in targets {
+            eprintln!("laying out {max} × {} bytes on {}", protocol.size, t.name);
+            fio::lay_out(&t.path, &case, protocol)
+                .with_context(|| format!("lay out read files on {}", t.name))?;
+        }
+    }
+    Ok(())
+}
+
+fn remove_read_files(dir: &std::path::Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        if entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with("dpufs-bench-r."))
+        {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+fn run_one(target: &Target, case: &Case, protocol: &Protocol) -> anyhow::Result<Sample> {
+    if case.pattern.is_write() {
+        fio::remove_write_files(&target.path)?;
+    }
+    drop_caches()?;
+    let before = cpu::snapshot(&target.procs);
+    let fio = fio::measure(&target.path, case, protocol)?;
+    let after = cpu::snapshot(&target.procs);
+    Ok(Sample {
+        fio,
+        server_cpu_s: cpu::spent(&before, &after),
+    })
+}
+
+/// Writes dirty pages back and empties the page cache, so reads come from the target.
+fn drop_caches() -> anyhow::Result<()> {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3")
+        .context("drop the page cache (dpufs bench must run as root)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_take_known_process_defaults_or_an_explicit_list() {
+        let t = parse_target("moosefs=/mnt/mfs").unwrap();
+        assert_eq!(t.procs, ["mfsmount", "mfschunkserver", "mfsmaster"]);
+        let t = parse_target("x=/a@p1,p2").unwrap();
+        assert_eq!((t.path.to_str(), t.procs.len()), (Some("/a"), 2));
+        assert!(parse_target("/just/a/path").is_err());
+        assert!(parse_target("=/p").is_err());
+    }
+}
