@@ -1,10 +1,11 @@
-//! Containers: create/destroy/query/list, properties, ACLs, attributes and
-//! snapshots, with DAOS's container semantics (`daos-mgmt-wire.md` §3).
+//! Containers: create/destroy/query/list, properties, ACLs and attributes, with
+//! DAOS's container semantics (`daos-mgmt-wire.md` §3); snapshots and clones are in
+//! `snapshots.rs`.
 
 use crate::acl::{self, AclTarget};
 use crate::engine::Engine;
 use crate::error::{EngineError, Result, der};
-use crate::records::{AclRecord, ContRecord, PoolRecord, SnapshotRecord, Stored, now_unix};
+use crate::records::{AclRecord, ContRecord, PoolRecord, Stored, now_unix};
 use crate::store::{Reader, Txn};
 use dpufs_proto::daos::der::Der;
 use dpufs_proto::daos::label::validate_label;
@@ -31,14 +32,18 @@ fn not_found(pool: &PoolRecord, id: &str) -> EngineError {
 }
 
 impl Engine {
-    fn resolve<R: Reader>(&self, r: &R, cont: &eng::ContRef) -> Result<(PoolRecord, ContRecord)> {
+    pub(crate) fn resolve<R: Reader>(
+        &self,
+        r: &R,
+        cont: &eng::ContRef,
+    ) -> Result<(PoolRecord, ContRecord)> {
         let pool = r.resolve_pool(&cont.pool)?;
         let found = r.find_container(&pool.uuid, &cont.cont)?;
         let c = found.ok_or_else(|| not_found(&pool, &cont.cont))?;
         Ok((pool, c))
     }
 
-    fn cont_ref(req: Option<eng::ContRef>) -> Result<eng::ContRef> {
+    pub(crate) fn cont_ref(req: Option<eng::ContRef>) -> Result<eng::ContRef> {
         req.ok_or_else(|| der(Der::Inval, "no container named"))
     }
 
@@ -80,13 +85,21 @@ impl Engine {
         Ok(cont_info(&cont))
     }
 
-    /// Destroys a container with its snapshots.
+    /// Destroys a container with its snapshots and their namespaces: the record first
+    /// (durably), then the files, so a crash between leaves only files start-up removes.
     pub fn cont_destroy(&self, req: eng::ContDestroyReq) -> Result<eng::ContDestroyResp> {
         let cref = Self::cont_ref(req.cont)?;
-        self.store.write(|t| {
-            let (_, cont) = self.resolve(t, &cref)?;
-            t.delete_container(&cont)
+        let _serial = self
+            .volumes
+            .lifecycle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let (pool, cont) = self.store.write(|t| {
+            let (pool, cont) = self.resolve(t, &cref)?;
+            t.delete_container(&cont)?;
+            Ok((pool, cont))
         })?;
+        self.remove_volume(&pool, &cont.uuid, None)?;
         Ok(eng::ContDestroyResp {})
     }
 
@@ -103,13 +116,20 @@ impl Engine {
         })
     }
 
-    /// Sets mutable properties, the label included; all or nothing.
+    /// Sets mutable properties, the label included; all or nothing. A new quota applies
+    /// to the open namespace at once.
     pub fn cont_set_prop(&self, req: eng::ContSetPropReq) -> Result<eng::ContInfo> {
         if req.properties.is_empty() {
             return Err(der(Der::Inval, "no properties to set"));
         }
         let cref = Self::cont_ref(req.cont)?;
-        self.update_container(&cref, |t, cont| {
+        let mut quota_changed = false;
+        let mut changed = None;
+        let info = self.update_container(&cref, |t, cont| {
+            quota_changed = req
+                .properties
+                .iter()
+                .any(|p| p.number == props::CONT_DPUFS_QUOTA);
             for p in &req.properties {
                 let (def, value) = checked_prop(p, false)?;
                 match value {
@@ -132,12 +152,20 @@ impl Engine {
                     }
                 }
             }
+            changed = Some(cont.clone());
             Ok(())
-        })
+        })?;
+        if quota_changed
+            && let Some(cont) = changed
+            && let Some(ns) = self.open_namespace(&cont.pool_uuid, &cont.uuid)
+        {
+            ns.set_quota(crate::data::quota_of(&cont));
+        }
+        Ok(info)
     }
 
     /// Reads, changes and writes one container in a transaction.
-    fn update_container(
+    pub(crate) fn update_container(
         &self,
         cref: &eng::ContRef,
         change: impl FnOnce(&Txn<'_>, &mut ContRecord) -> Result<()>,
@@ -204,61 +232,6 @@ impl Engine {
         })
     }
 
-    /// Creates a snapshot with an epoch above every earlier one.
-    pub fn snapshot_create(&self, req: eng::SnapshotCreateReq) -> Result<eng::Snapshot> {
-        let cref = Self::cont_ref(req.cont)?;
-        let mut made = None;
-        self.update_container(&cref, |_, cont| {
-            if !req.name.is_empty() && cont.snapshots.iter().any(|s| s.name == req.name) {
-                return Err(der(Der::Exist, format!("snapshot {:?} exists", req.name)));
-            }
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            let last = cont.snapshots.iter().map(|s| s.epoch).max().unwrap_or(0);
-            let snap = SnapshotRecord {
-                epoch: now.max(last + 1),
-                name: req.name,
-                created_unix: now_unix(),
-            };
-            cont.snapshots.push(snap.clone());
-            made = Some(snap);
-            Ok(())
-        })?;
-        Ok(made.map(snapshot).expect("set by a successful update"))
-    }
-
-    pub fn snapshot_list(&self, cref: eng::ContRef) -> Result<eng::SnapshotListResp> {
-        let (_, cont) = self.store.read(|v| self.resolve(v, &cref))?;
-        Ok(eng::SnapshotListResp {
-            snapshots: cont.snapshots.into_iter().map(snapshot).collect(),
-        })
-    }
-
-    /// Destroys a snapshot named by epoch or name.
-    pub fn snapshot_destroy(&self, req: eng::SnapshotDestroyReq) -> Result<eng::SnapshotListResp> {
-        let cref = Self::cont_ref(req.cont)?;
-        let mut left = Vec::new();
-        self.update_container(&cref, |_, cont| {
-            let before = cont.snapshots.len();
-            cont.snapshots.retain(|s| {
-                if req.epoch != 0 {
-                    s.epoch != req.epoch
-                } else {
-                    req.name.is_empty() || s.name != req.name
-                }
-            });
-            if cont.snapshots.len() == before {
-                return Err(der(Der::Nonexist, "no such snapshot"));
-            }
-            left = cont.snapshots.clone();
-            Ok(())
-        })?;
-        Ok(eng::SnapshotListResp {
-            snapshots: left.into_iter().map(snapshot).collect(),
-        })
-    }
-
     /// ContSetOwner (mgmt.MgmtSvc): the only container mutation DAOS offers over gRPC.
     pub fn cont_set_owner(&self, req: mgmt::ContSetOwnerReq) -> Result<mgmt::DaosResp> {
         if req.owner_user.is_empty() && req.owner_group.is_empty() {
@@ -287,7 +260,11 @@ impl Engine {
     }
 }
 
-fn new_container(pool: &PoolRecord, uuid: String, req: &eng::ContCreateReq) -> Result<ContRecord> {
+pub(crate) fn new_container(
+    pool: &PoolRecord,
+    uuid: String,
+    req: &eng::ContCreateReq,
+) -> Result<ContRecord> {
     let mut explicit = BTreeMap::new();
     for p in &req.properties {
         let (def, value) = checked_prop(p, true)?;
@@ -373,7 +350,7 @@ fn to_wire(number: u32, v: PropValue) -> eng::ContProperty {
     }
 }
 
-fn cont_info(c: &ContRecord) -> eng::ContInfo {
+pub(crate) fn cont_info(c: &ContRecord) -> eng::ContInfo {
     let mut properties = vec![
         to_wire(props::CONT_LABEL, PropValue::Str(c.label.clone())),
         to_wire(props::CONT_OWNER, PropValue::Str(c.acl.owner_user.clone())),
@@ -398,12 +375,4 @@ fn cont_info(c: &ContRecord) -> eng::ContInfo {
 
 fn acl_resp(info: eng::ContInfo) -> eng::ContAclResp {
     eng::ContAclResp { acl: info.acl }
-}
-
-fn snapshot(s: SnapshotRecord) -> eng::Snapshot {
-    eng::Snapshot {
-        epoch: s.epoch,
-        name: s.name,
-        created_unix: s.created_unix,
-    }
 }

@@ -58,6 +58,8 @@ pub struct Engine {
     pub ranks: RankSet,
     /// The management address this engine answers on, as replicas see it.
     pub advertise: SocketAddr,
+    /// Containers' open DFS namespaces and pools' space.
+    pub volumes: crate::data::Volumes,
 }
 
 impl Engine {
@@ -72,8 +74,10 @@ impl Engine {
             store,
             ranks,
             advertise,
+            volumes: Default::default(),
         };
         engine.remove_orphan_pool_dirs()?;
+        engine.remove_orphan_volumes()?;
         Ok(engine)
     }
 

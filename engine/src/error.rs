@@ -80,6 +80,44 @@ store_errors!(
     std::io::Error
 );
 
+/// Namespace failures on the management side: DAOS's codes for the same conditions.
+impl From<crate::dfs::DfsError> for EngineError {
+    fn from(e: crate::dfs::DfsError) -> Self {
+        use crate::dfs::Errno;
+        let code = match e.errno {
+            Errno::NoSpc => Der::NoSpace,
+            Errno::NoEnt | Errno::Stale => Der::Nonexist,
+            Errno::Exist => Der::Exist,
+            Errno::Inval | Errno::NameTooLong | Errno::Range | Errno::TooBig => Der::Inval,
+            Errno::RoFs | Errno::Perm => Der::NoPerm,
+            Errno::OpNotSupp | Errno::NoSys => Der::NotSupported,
+            _ => Der::Io,
+        };
+        der(code, e.detail)
+    }
+}
+
+/// Management failures met by the data service (resolving a connection's container).
+impl From<EngineError> for crate::dfs::DfsError {
+    fn from(e: EngineError) -> Self {
+        use crate::dfs::Errno;
+        let errno = match &e {
+            EngineError::PoolNotFound { .. } => Errno::Stale,
+            EngineError::Der {
+                der: Der::Nonexist, ..
+            } => Errno::Stale,
+            EngineError::Der {
+                der: Der::NoSpace, ..
+            } => Errno::NoSpc,
+            _ => Errno::Io,
+        };
+        crate::dfs::DfsError {
+            errno,
+            detail: e.to_string(),
+        }
+    }
+}
+
 impl From<EngineError> for Status {
     fn from(e: EngineError) -> Status {
         let message = e.to_string();

@@ -8,6 +8,7 @@
 
 pub mod acl;
 pub mod containers;
+pub mod data;
 pub mod dfs;
 pub mod engine;
 pub mod error;
@@ -17,6 +18,7 @@ pub mod ranks;
 pub mod records;
 pub mod server;
 pub mod service;
+pub mod snapshots;
 pub mod store;
 pub mod system;
 pub mod tls;

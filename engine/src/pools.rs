@@ -266,6 +266,11 @@ impl Engine {
 
     /// PoolDestroy: refused while containers exist unless recursive.
     pub fn pool_destroy(&self, req: mgmt::PoolDestroyReq) -> Result<mgmt::PoolDestroyResp> {
+        let _serial = self
+            .volumes
+            .lifecycle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let pool = self.store.write(|t| {
             let pool = t.resolve_pool(&req.id)?;
             let containers = t.containers(&pool.uuid)?.len();
@@ -278,6 +283,7 @@ impl Engine {
             t.delete_pool(&pool)?;
             Ok(pool)
         })?;
+        self.close_pool(&pool.uuid);
         for &rank in &pool.ranks {
             let dir = self.pool_dir(rank, &pool.uuid);
             if let Err(e) = std::fs::remove_dir_all(&dir)
@@ -300,9 +306,11 @@ impl Engine {
         })
     }
 
-    /// PoolQuery: space, targets, ranks and state as the mask asks.
+    /// PoolQuery: space, targets, ranks and state as the mask asks. The data tier's free
+    /// space is what the containers' files leave.
     pub fn pool_query(&self, req: mgmt::PoolQueryReq) -> Result<mgmt::PoolQueryResp> {
-        let pool = self.store.read(|v| v.resolve_pool(&req.id))?;
+        let mut pool = self.store.read(|v| v.resolve_pool(&req.id))?;
+        pool.used_bytes[crate::data::data_tier(&pool)] = self.pool_budget(&pool)?.used();
         let query_mask = if req.query_mask == 0 {
             mask::DEFAULT
         } else {

@@ -318,6 +318,15 @@ impl ContainerSvc for EngineServices {
         self.call("SnapshotDestroy", r, no_sys, |e, q| e.snapshot_destroy(q))
             .await
     }
+    async fn cont_clone_snapshot(
+        &self,
+        r: Request<eng::ContCloneReq>,
+    ) -> Result<Response<eng::ContInfo>, Status> {
+        self.call("ContCloneSnapshot", r, no_sys, |e, q| {
+            e.cont_clone_snapshot(q)
+        })
+        .await
+    }
 }
 
 #[tonic::async_trait]

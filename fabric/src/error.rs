@@ -49,6 +49,11 @@ pub enum FabricError {
     /// The peer refused or broke the connection setup.
     #[error("connection setup: {0}")]
     Connect(String),
+    /// There is no RDMA device, or none of the requested name (the verbs provider's `open`).
+    /// `ibv_get_device_list` failing with `ENOSYS` means the kernel has no RDMA support at all
+    /// (no `/sys/class/infiniband`): use the software provider instead.
+    #[error("no RDMA device: {0}")]
+    NoDevice(String),
 }
 
 impl FabricError {

@@ -16,7 +16,7 @@
 //!
 //! # Mapping onto verbs
 //!
-//! The trait is shaped so a verbs provider (a later `rdma` feature) is a thin layer:
+//! The trait is shaped so the verbs provider (module `ibv`, cargo feature `rdma`) is a thin layer:
 //!
 //! | trait | libibverbs |
 //! |---|---|

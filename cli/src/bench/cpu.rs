@@ -41,12 +41,18 @@ pub fn snapshot(names: &[String]) -> HashMap<u32, f64> {
         else {
             continue;
         };
+        // `comm` first: reading `stat` of an unrelated process can block while that process
+        // is stuck exiting (e.g. a FUSE client whose server died), so touch only ours.
+        let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else {
+            continue;
+        };
+        if !names.iter().any(|n| n == comm.trim_end()) {
+            continue;
+        }
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
-        if let Some((name, ticks)) = parse_stat(&stat)
-            && names.iter().any(|n| n == name)
-        {
+        if let Some((_, ticks)) = parse_stat(&stat) {
             out.insert(pid, ticks as f64 / tps);
         }
     }

@@ -6,10 +6,21 @@
 //! (daos-mgmt-wire.md §5): directories are objects, entries are keys, files are chunked, there
 //! are no hard links.
 //!
-//! Backends: the engine over the fabric (`EngineDfs`), and a local directory (`LocalDfs`),
-//! the reference the differential POSIX suite compares every backend with.
+//! Backends: the engine over a [`DfsTransport`] (`EngineDfs`; the fabric in production), and
+//! a local directory (`LocalDfs`), the reference the differential POSIX suite
+//! ([`conformance`]) compares every backend with. Layout, semantics and the allow-list of
+//! differences: `docs/dfs.md`.
 
 use std::fmt;
+
+pub mod conformance;
+mod engine;
+mod local;
+mod transport;
+
+pub use engine::{DEFAULT_PIPELINE_DEPTH, EngineDfs, MAX_XATTR_VALUE, MountInfo};
+pub use local::LocalDfs;
+pub use transport::{Bulk, DfsTransport, TransportError, TransportReply};
 
 /// Object id. Stable for the object's life and never reused while a kernel may hold it.
 pub type Oid = u64;
@@ -54,7 +65,12 @@ impl Errno {
 
 impl fmt::Debug for Errno {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", std::io::Error::from_raw_os_error(self.0), self.0)
+        write!(
+            f,
+            "{} ({})",
+            std::io::Error::from_raw_os_error(self.0),
+            self.0
+        )
     }
 }
 
@@ -86,6 +102,27 @@ impl From<std::io::Error> for DfsError {
 
 /// Result of a DFS call.
 pub type DfsResult<T> = Result<T, DfsError>;
+
+/// Longest entry name in bytes (NAME_MAX).
+pub const NAME_MAX: usize = 255;
+
+/// Checks an entry name the way every backend does: a single path component (not empty, `.`,
+/// `..`, no `/` or NUL: EINVAL) of at most [`NAME_MAX`] bytes (ENAMETOOLONG).
+pub fn check_name(name: &str) -> DfsResult<()> {
+    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+        return Err(DfsError::new(
+            Errno::INVAL,
+            format!("invalid entry name {name:?}"),
+        ));
+    }
+    if name.len() > NAME_MAX {
+        return Err(DfsError::new(
+            Errno::NAMETOOLONG,
+            format!("entry name of {} bytes", name.len()),
+        ));
+    }
+    Ok(())
+}
 
 /// A point in time: seconds and nanoseconds since the Unix epoch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -167,9 +204,11 @@ pub struct DirEntry {
     pub oid: Oid,
     /// File type bits of the object.
     pub kind: u32,
-    /// Pass to [`Dfs::readdir`] to resume after this entry. Stable while the entry exists,
-    /// so a listing resumed after concurrent changes neither repeats nor skips surviving
-    /// entries (what a FUSE readdir offset must be across a worker restart).
+    /// Pass to [`Dfs::readdir`] to resume after this entry. Valid while the entry exists and
+    /// after it is removed: a listing resumed after concurrent changes neither repeats nor
+    /// skips surviving entries (what a FUSE readdir offset must be across a worker restart).
+    /// Never 0 (0 starts a listing). On the engine it is a hash of the name; on `LocalDfs`
+    /// the directory stream's position after the entry.
     pub cookie: u64,
 }
 

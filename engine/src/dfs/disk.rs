@@ -33,6 +33,9 @@ pub trait Disk: Send + Sync + Debug {
     fn is_shared(&self, path: &Path) -> io::Result<bool>;
     /// Files directly in `dir`.
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
+    /// Makes the entries of `dir` (files created, linked or removed in it) durable;
+    /// a missing directory is fine.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
 }
 
 /// The local file system.
@@ -107,6 +110,13 @@ impl Disk for RealDisk {
         match std::fs::read_dir(dir) {
             Ok(entries) => entries.map(|e| e.map(|e| e.path())).collect(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        match std::fs::File::open(dir) {
+            Ok(d) => d.sync_all(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -268,6 +278,11 @@ mod sim {
                 .filter(|p| p.parent() == Some(dir))
                 .cloned()
                 .collect())
+        }
+        /// The simulation keeps names durable from creation (it models file contents,
+        /// not directory entries), so there is nothing to do.
+        fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+            Ok(())
         }
     }
 }

@@ -3,13 +3,22 @@
 //! hard links). Metadata lives in a per-container transactional store, file
 //! data in chunk files spread over the pool's ranks.
 
+mod chunks;
+mod dirents;
 pub mod disk;
 pub mod inode;
+mod names;
 pub mod namespace;
+mod snapshot;
+mod space;
+mod xattrs;
 
+pub use dirents::{DirEntry, DirPage, name_hash};
 pub use disk::{Disk, RealDisk};
 pub use inode::{Inode, Oid, ROOT, Time};
-pub use namespace::{DirEntry, Namespace, NamespaceConfig, SetAttr, StatFs};
+pub use namespace::{NAME_MAX, Namespace, NamespaceConfig, SYMLINK_MAX, SetAttr};
+pub use space::{SpaceBudget, StatFs};
+pub use xattrs::{XATTR_VALUE_MAX, XattrSet};
 
 /// POSIX error numbers DFS operations fail with (Linux values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -18,17 +27,25 @@ pub enum Errno {
     Perm = 1,
     NoEnt = 2,
     Io = 5,
+    TooBig = 7,
     Exist = 17,
     XDev = 18,
     NotDir = 20,
     IsDir = 21,
     Inval = 22,
+    FBig = 27,
     NoSpc = 28,
     RoFs = 30,
     Range = 34,
     NameTooLong = 36,
     NotEmpty = 39,
+    Loop = 40,
     NoData = 61,
+    NoSys = 38,
+    Proto = 71,
+    OpNotSupp = 95,
+    /// The object no longer exists (its oid was valid once).
+    Stale = 116,
 }
 
 /// A failed DFS operation: the errno the caller sees, and why.
@@ -78,3 +95,5 @@ impl From<std::io::Error> for DfsError {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_space;

@@ -13,6 +13,7 @@ fn config(quota: Option<u64>) -> NamespaceConfig {
         chunk_size: 1 << 16,
         quota,
         read_only: false,
+        budget: None,
     }
 }
 
@@ -27,6 +28,7 @@ fn config_at(root: &str, read_only: bool) -> NamespaceConfig {
         chunk_size: 1 << 16,
         quota: None,
         read_only,
+        budget: None,
     }
 }
 
@@ -105,20 +107,19 @@ fn directories_entries_and_errors() {
     for n in ["b", "a", "c"] {
         ns.create(d.oid, n, 0o600, 0, 0).unwrap();
     }
-    let names: Vec<_> = ns
-        .readdir(d.oid, "", 10)
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
+    let page = ns.readdir(d.oid, 0, 10).unwrap();
+    assert!(page.end);
+    let mut names: Vec<_> = page.entries.iter().map(|e| e.name.clone()).collect();
+    names.sort();
     assert_eq!(names, ["a", "b", "c"]);
-    let rest: Vec<_> = ns
-        .readdir(d.oid, "a", 1)
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
-    assert_eq!(rest, ["b"], "resuming after a name");
+    let first = ns.readdir(d.oid, 0, 1).unwrap();
+    assert!(!first.end);
+    let rest = ns.readdir(d.oid, first.entries[0].cookie, 10).unwrap();
+    assert_eq!(
+        rest.entries[..],
+        page.entries[1..],
+        "resuming after a cookie"
+    );
     assert_eq!(
         ns.create(d.oid, "a", 0o600, 0, 0).unwrap_err().errno,
         Errno::Exist
@@ -146,7 +147,7 @@ fn directories_entries_and_errors() {
         ns.unlink(d.oid, n).unwrap();
     }
     ns.rmdir(ROOT, "d").unwrap();
-    assert!(ns.readdir(ROOT, "", 10).unwrap().is_empty());
+    assert!(ns.readdir(ROOT, 0, 10).unwrap().entries.is_empty());
 }
 
 #[test]
@@ -161,7 +162,7 @@ fn rename_follows_posix() {
     // Over an existing file: replaced atomically, the old object is gone.
     ns.rename(ROOT, "f", ROOT, "g", false).unwrap();
     assert_eq!(ns.lookup(ROOT, "g").unwrap().oid, f.oid);
-    assert_eq!(ns.getattr(g.oid).unwrap_err().errno, Errno::NoEnt);
+    assert_eq!(ns.getattr(g.oid).unwrap_err().errno, Errno::Stale);
     assert_eq!(read_all(&ns, f.oid), b"one");
     // Into its own subtree: EINVAL. Onto a non-empty directory: ENOTEMPTY.
     assert_eq!(
@@ -201,8 +202,18 @@ fn symlinks_and_xattrs() {
     assert_eq!(ns.readlink(l.oid).unwrap(), "../target");
     let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
     assert_eq!(ns.readlink(f.oid).unwrap_err().errno, Errno::Inval);
-    ns.setxattr(f.oid, "user.a", b"1").unwrap();
-    ns.setxattr(f.oid, "user.b", b"").unwrap();
+    ns.setxattr(f.oid, "user.a", b"1", XattrSet::Any).unwrap();
+    ns.setxattr(f.oid, "user.b", b"", XattrSet::Create).unwrap();
+    let exists = ns.setxattr(f.oid, "user.b", b"", XattrSet::Create);
+    assert_eq!(exists.unwrap_err().errno, Errno::Exist);
+    let absent = ns.setxattr(f.oid, "user.c", b"", XattrSet::Replace);
+    assert_eq!(absent.unwrap_err().errno, Errno::NoData);
+    let unprefixed = ns.setxattr(f.oid, "plain", b"", XattrSet::Any);
+    assert_eq!(unprefixed.unwrap_err().errno, Errno::OpNotSupp);
+    let on_link = ns.setxattr(l.oid, "user.a", b"", XattrSet::Any);
+    assert_eq!(on_link.unwrap_err().errno, Errno::Perm);
+    let big = ns.setxattr(f.oid, "user.big", &[0; XATTR_VALUE_MAX + 1], XattrSet::Any);
+    assert_eq!(big.unwrap_err().errno, Errno::TooBig);
     assert_eq!(ns.listxattr(f.oid).unwrap(), ["user.a", "user.b"]);
     assert_eq!(ns.getxattr(f.oid, "user.a").unwrap(), b"1");
     ns.removexattr(f.oid, "user.a").unwrap();
@@ -211,7 +222,7 @@ fn symlinks_and_xattrs() {
         Errno::NoData
     );
     ns.unlink(ROOT, "f").unwrap();
-    assert_eq!(ns.listxattr(f.oid).unwrap_err().errno, Errno::NoEnt);
+    assert_eq!(ns.listxattr(f.oid).unwrap_err().errno, Errno::Stale);
 }
 
 #[test]

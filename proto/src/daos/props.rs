@@ -201,6 +201,14 @@ pub const CONT_GROUP: u32 = 0x100E;
 /// Container layout type of a DFS (POSIX) container.
 pub const LAYOUT_POSIX: u64 = 1;
 
+/// dpufs extensions, numbered far above DAOS's container properties so a new DAOS number
+/// never clashes. DFS chunk size of the container's files (DAOS sets it at `dfs_cont_create`,
+/// `daos cont create --chunk-size`; a libdfs backend passes it there).
+pub const CONT_DPUFS_CHUNK_SIZE: u32 = 0x1F01;
+/// dpufs extension: bytes the container may hold, 0 for no limit. The embedded engine
+/// enforces it (ENOSPC); real DAOS has no container quotas, so there it is advisory.
+pub const CONT_DPUFS_QUOTA: u32 = 0x1F02;
+
 /// Container properties (`enum daos_cont_props`) dpufs supports. `rd_fac`'s
 /// default is the pool's, so it has none here.
 pub const CONT_PROPS: &[PropDef] = &[
@@ -301,6 +309,20 @@ pub const CONT_PROPS: &[PropDef] = &[
         Some(0),
     ),
     def(0x1019, "obj_version", num(0, u64::MAX), ReadOnly, Some(1)),
+    def(
+        CONT_DPUFS_CHUNK_SIZE,
+        "dpufs_chunk_size",
+        num(4 << 10, 1 << 30),
+        CreateOnly,
+        Some(1 << 20),
+    ),
+    def(
+        CONT_DPUFS_QUOTA,
+        "dpufs_quota",
+        num(0, u64::MAX),
+        ReadWrite,
+        Some(0),
+    ),
     def(
         0x101A,
         "perf_domain",

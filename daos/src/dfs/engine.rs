@@ -1,0 +1,220 @@
+//! [`EngineDfs`]: the [`Dfs`] interface over the embedded engine's data service.
+//!
+//! Every call is one small `DfsRequest` message over a [`DfsTransport`]; file data moves
+//! only through the request's bulk buffer, which the engine reaches by RMA. A read or write
+//! larger than the engine's `max_io` is cut into `max_io` pieces sent concurrently (a few at
+//! a time), so several chunks are on the wire at once instead of one round trip after
+//! another.
+
+mod wire;
+
+use super::transport::{Bulk, DfsTransport};
+use super::{Attr, DfsResult, Oid, ROOT_OID};
+use dpufs_proto::engine::v1::{self as proto, dfs_reply::Result as Res, dfs_request::Op};
+use prost::Message;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Pieces of one large read or write in flight at once, by default.
+pub const DEFAULT_PIPELINE_DEPTH: usize = 4;
+
+/// Largest extended-attribute value the engine takes (the message limit leaves room for
+/// a little less than Linux's 64 KiB).
+pub const MAX_XATTR_VALUE: usize = 63 << 10;
+
+/// What the engine said about the container when it was mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountInfo {
+    /// Bytes per chunk of the container's files.
+    pub chunk_size: u64,
+    /// Every change fails with EROFS (a snapshot, or a read-only connection).
+    pub read_only: bool,
+    /// Largest read or write one request carries.
+    pub max_io: usize,
+}
+
+/// A container served by the engine. See the module documentation.
+#[derive(Debug)]
+pub struct EngineDfs {
+    transport: Arc<dyn DfsTransport>,
+    mount: MountInfo,
+    next_id: AtomicU64,
+    depth: usize,
+}
+
+fn expect<T>(what: &str, res: Option<Res>, pick: impl FnOnce(Res) -> Option<T>) -> DfsResult<T> {
+    res.and_then(pick).ok_or_else(|| {
+        wire::protocol_error(format!("the reply to {what} has no result of its kind"))
+    })
+}
+
+fn attr_of(what: &str, res: Option<Res>) -> DfsResult<Attr> {
+    expect(what, res, |r| match r {
+        Res::Attr(a) => Some(wire::attr(a)),
+        _ => None,
+    })
+}
+
+/// One piece of a large transfer: its offset in the file and in the caller's buffer.
+struct Piece {
+    file_offset: u64,
+    start: usize,
+    len: usize,
+}
+
+fn pieces(offset: u64, len: usize, max_io: usize) -> Vec<Piece> {
+    (0..len)
+        .step_by(max_io.max(1))
+        .map(|start| Piece {
+            file_offset: offset + start as u64,
+            start,
+            len: max_io.min(len - start),
+        })
+        .collect()
+}
+
+impl EngineDfs {
+    /// Mounts the container the transport's connection serves.
+    pub fn mount(transport: Arc<dyn DfsTransport>) -> DfsResult<EngineDfs> {
+        let mut dfs = EngineDfs {
+            transport,
+            mount: MountInfo {
+                chunk_size: 0,
+                read_only: true,
+                max_io: 0,
+            },
+            next_id: AtomicU64::new(1),
+            depth: DEFAULT_PIPELINE_DEPTH,
+        };
+        let info = expect(
+            "Mount",
+            dfs.call(Op::Mount(proto::Mount {}), Bulk::None)?,
+            |r| match r {
+                Res::Mount(m) => Some(m),
+                _ => None,
+            },
+        )?;
+        if info.root != ROOT_OID || info.max_io == 0 {
+            return Err(wire::protocol_error(format!(
+                "mount says root {:#x}, max_io {}",
+                info.root, info.max_io
+            )));
+        }
+        dfs.mount = MountInfo {
+            chunk_size: info.chunk_size,
+            read_only: info.read_only,
+            max_io: info.max_io as usize,
+        };
+        Ok(dfs)
+    }
+
+    /// Changes how many pieces of one large read or write are in flight at once (≥ 1).
+    pub fn with_pipeline_depth(mut self, depth: usize) -> EngineDfs {
+        self.depth = depth.max(1);
+        self
+    }
+
+    /// What the engine said at mount.
+    pub fn mount_info(&self) -> &MountInfo {
+        &self.mount
+    }
+
+    /// One request and its reply; an errno reply becomes the error.
+    fn call(&self, op: Op, bulk: Bulk<'_>) -> DfsResult<Option<Res>> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let request = proto::DfsRequest { id, op: Some(op) }.encode_to_vec();
+        let reply = self
+            .transport
+            .call(&request, bulk)
+            .map_err(wire::transport_error)?;
+        let reply = proto::DfsReply::decode(reply.message.as_slice())
+            .map_err(|e| wire::protocol_error(format!("undecodable reply: {e}")))?;
+        if reply.id != id {
+            return Err(wire::protocol_error(format!(
+                "reply {} to request {id}",
+                reply.id
+            )));
+        }
+        if reply.errno != 0 {
+            return Err(wire::reply_error(reply.errno, reply.detail));
+        }
+        Ok(reply.result)
+    }
+
+    fn bytes_of(what: &str, res: Option<Res>, max: usize) -> DfsResult<usize> {
+        let n = expect(what, res, |r| match r {
+            Res::Bytes(n) => Some(n as usize),
+            _ => None,
+        })?;
+        if n > max {
+            return Err(wire::protocol_error(format!(
+                "{what} moved {n} of {max} bytes"
+            )));
+        }
+        Ok(n)
+    }
+
+    fn read_piece(&self, oid: Oid, offset: u64, buf: &mut [u8]) -> DfsResult<usize> {
+        let len = buf.len();
+        let op = Op::Read(proto::Read {
+            oid,
+            offset,
+            len: len as u32,
+        });
+        Self::bytes_of("Read", self.call(op, Bulk::FromServer(buf))?, len)
+    }
+
+    fn write_piece(&self, oid: Oid, offset: u64, data: &[u8]) -> DfsResult<()> {
+        let op = Op::Write(proto::Write {
+            oid,
+            offset,
+            len: data.len() as u32,
+        });
+        let n = Self::bytes_of("Write", self.call(op, Bulk::ToServer(data))?, data.len())?;
+        if n != data.len() {
+            return Err(wire::protocol_error(format!(
+                "wrote {n} of {} bytes",
+                data.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs `one` on every piece, `depth` at a time; results in piece order.
+    fn pipelined<T: Send>(
+        &self,
+        count: usize,
+        one: impl Fn(usize) -> DfsResult<T> + Sync,
+    ) -> Vec<DfsResult<T>> {
+        let results: Vec<Mutex<Option<DfsResult<T>>>> =
+            (0..count).map(|_| Mutex::new(None)).collect();
+        let next = AtomicU64::new(0);
+        let worker = || loop {
+            let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+            if i >= count {
+                break;
+            }
+            *results[i].lock().expect("result slot") = Some(one(i));
+        };
+        std::thread::scope(|s| {
+            for _ in 1..self.depth.min(count) {
+                s.spawn(worker);
+            }
+            worker();
+        });
+        results
+            .into_iter()
+            .map(|r| {
+                r.into_inner()
+                    .expect("result slot")
+                    .expect("every piece ran")
+            })
+            .collect()
+    }
+}
+
+mod calls;
+
+#[cfg(test)]
+mod tests;

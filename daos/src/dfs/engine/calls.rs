@@ -1,0 +1,235 @@
+//! The [`Dfs`] calls of [`EngineDfs`]: one request each; large reads and writes pipelined.
+
+use super::{EngineDfs, MAX_XATTR_VALUE, attr_of, expect, pieces, wire};
+use crate::dfs::transport::Bulk;
+use crate::dfs::{Attr, Dfs, DfsError, DfsResult, DirPage, Errno, Oid, SetAttr, StatFs, XattrMode};
+use dpufs_proto::engine::v1::{self as proto, dfs_reply::Result as Res, dfs_request::Op};
+use std::sync::Mutex;
+
+impl Dfs for EngineDfs {
+    fn lookup(&self, parent: Oid, name: &str) -> DfsResult<Attr> {
+        let op = Op::Lookup(proto::Lookup {
+            parent,
+            name: name.to_string(),
+        });
+        attr_of("Lookup", self.call(op, Bulk::None)?)
+    }
+
+    fn getattr(&self, oid: Oid) -> DfsResult<Attr> {
+        attr_of(
+            "GetAttr",
+            self.call(Op::Getattr(proto::GetAttr { oid }), Bulk::None)?,
+        )
+    }
+
+    fn setattr(&self, oid: Oid, set: &SetAttr) -> DfsResult<Attr> {
+        attr_of(
+            "SetAttr",
+            self.call(Op::Setattr(wire::set_attr(oid, set)), Bulk::None)?,
+        )
+    }
+
+    fn readdir(&self, dir: Oid, cookie: u64, max: usize) -> DfsResult<DirPage> {
+        let op = Op::Readdir(proto::ReadDir {
+            dir,
+            cookie,
+            max: max.min(u32::MAX as usize) as u32,
+        });
+        expect("ReadDir", self.call(op, Bulk::None)?, |r| match r {
+            Res::Entries(e) => Some(DirPage {
+                entries: e.entries.into_iter().map(wire::entry).collect(),
+                end: e.end,
+            }),
+            _ => None,
+        })
+    }
+
+    fn create(&self, parent: Oid, name: &str, mode: u32, uid: u32, gid: u32) -> DfsResult<Attr> {
+        let op = Op::Create(proto::Create {
+            parent,
+            name: name.to_string(),
+            mode,
+            uid,
+            gid,
+        });
+        attr_of("Create", self.call(op, Bulk::None)?)
+    }
+
+    fn open(&self, oid: Oid, write: bool) -> DfsResult<Attr> {
+        attr_of(
+            "Open",
+            self.call(Op::Open(proto::Open { oid, write }), Bulk::None)?,
+        )
+    }
+
+    fn read(&self, oid: Oid, offset: u64, buf: &mut [u8]) -> DfsResult<usize> {
+        let max_io = self.mount.max_io;
+        if buf.len() <= max_io {
+            return self.read_piece(oid, offset, buf);
+        }
+        let parts = pieces(offset, buf.len(), max_io);
+        // Each piece gets its own disjoint slice of the caller's buffer.
+        let slices: Vec<Mutex<&mut [u8]>> = buf.chunks_mut(max_io).map(Mutex::new).collect();
+        let results = self.pipelined(parts.len(), |i| {
+            let mut slice = slices[i].lock().expect("piece buffer");
+            self.read_piece(oid, parts[i].file_offset, &mut slice)
+        });
+        // The file ends at the first short piece; what follows it is not the file's.
+        let mut total = 0;
+        for (part, result) in parts.iter().zip(results) {
+            let n = result?;
+            total = part.start + n;
+            if n < part.len {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    fn write(&self, oid: Oid, offset: u64, data: &[u8]) -> DfsResult<()> {
+        let max_io = self.mount.max_io;
+        if data.len() <= max_io {
+            return self.write_piece(oid, offset, data);
+        }
+        let parts = pieces(offset, data.len(), max_io);
+        let results = self.pipelined(parts.len(), |i| {
+            let p = &parts[i];
+            self.write_piece(oid, p.file_offset, &data[p.start..p.start + p.len])
+        });
+        results.into_iter().collect()
+    }
+
+    fn fsync(&self, oid: Oid, datasync: bool) -> DfsResult<()> {
+        self.call(Op::Fsync(proto::Fsync { oid, datasync }), Bulk::None)
+            .map(drop)
+    }
+
+    fn rename(
+        &self,
+        parent: Oid,
+        name: &str,
+        new_parent: Oid,
+        new_name: &str,
+        noreplace: bool,
+    ) -> DfsResult<()> {
+        let op = Op::Rename(proto::Rename {
+            parent,
+            name: name.to_string(),
+            new_parent,
+            new_name: new_name.to_string(),
+            noreplace,
+        });
+        self.call(op, Bulk::None).map(drop)
+    }
+
+    fn unlink(&self, parent: Oid, name: &str) -> DfsResult<()> {
+        let op = Op::Unlink(proto::Remove {
+            parent,
+            name: name.to_string(),
+        });
+        self.call(op, Bulk::None).map(drop)
+    }
+
+    fn mkdir(&self, parent: Oid, name: &str, mode: u32, uid: u32, gid: u32) -> DfsResult<Attr> {
+        let op = Op::Mkdir(proto::Create {
+            parent,
+            name: name.to_string(),
+            mode,
+            uid,
+            gid,
+        });
+        attr_of("Mkdir", self.call(op, Bulk::None)?)
+    }
+
+    fn rmdir(&self, parent: Oid, name: &str) -> DfsResult<()> {
+        let op = Op::Rmdir(proto::Remove {
+            parent,
+            name: name.to_string(),
+        });
+        self.call(op, Bulk::None).map(drop)
+    }
+
+    fn symlink(
+        &self,
+        parent: Oid,
+        name: &str,
+        target: &str,
+        uid: u32,
+        gid: u32,
+    ) -> DfsResult<Attr> {
+        let op = Op::Symlink(proto::Symlink {
+            parent,
+            name: name.to_string(),
+            target: target.to_string(),
+            uid,
+            gid,
+        });
+        attr_of("Symlink", self.call(op, Bulk::None)?)
+    }
+
+    fn readlink(&self, oid: Oid) -> DfsResult<String> {
+        let res = self.call(Op::Readlink(proto::ReadLink { oid }), Bulk::None)?;
+        expect("ReadLink", res, |r| match r {
+            Res::Target(t) => Some(t),
+            _ => None,
+        })
+    }
+
+    fn setxattr(&self, oid: Oid, name: &str, value: &[u8], mode: XattrMode) -> DfsResult<()> {
+        if value.len() > MAX_XATTR_VALUE {
+            return Err(DfsError::new(
+                Errno(libc::E2BIG),
+                format!(
+                    "attribute value of {} bytes (at most {MAX_XATTR_VALUE})",
+                    value.len()
+                ),
+            ));
+        }
+        let op = Op::Setxattr(proto::SetXattr {
+            oid,
+            name: name.to_string(),
+            value: value.to_vec(),
+            create: mode == XattrMode::Create,
+            replace: mode == XattrMode::Replace,
+        });
+        self.call(op, Bulk::None).map(drop)
+    }
+
+    fn getxattr(&self, oid: Oid, name: &str) -> DfsResult<Vec<u8>> {
+        let op = Op::Getxattr(proto::XattrName {
+            oid,
+            name: name.to_string(),
+        });
+        expect("GetXattr", self.call(op, Bulk::None)?, |r| match r {
+            Res::Value(v) => Some(v),
+            _ => None,
+        })
+    }
+
+    fn listxattr(&self, oid: Oid) -> DfsResult<Vec<String>> {
+        let res = self.call(Op::Listxattr(proto::ListXattr { oid }), Bulk::None)?;
+        expect("ListXattr", res, |r| match r {
+            Res::Xattrs(x) => Some(x.names),
+            _ => None,
+        })
+    }
+
+    fn removexattr(&self, oid: Oid, name: &str) -> DfsResult<()> {
+        let op = Op::Removexattr(proto::XattrName {
+            oid,
+            name: name.to_string(),
+        });
+        self.call(op, Bulk::None).map(drop)
+    }
+
+    fn statfs(&self) -> DfsResult<StatFs> {
+        expect(
+            "StatFs",
+            self.call(Op::Statfs(proto::StatFs {}), Bulk::None)?,
+            |r| match r {
+                Res::Statfs(s) => Some(wire::statfs(s)),
+                _ => None,
+            },
+        )
+    }
+}

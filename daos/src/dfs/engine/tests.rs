@@ -1,0 +1,159 @@
+use super::*;
+use crate::dfs::transport::{TransportError, TransportReply};
+use crate::dfs::{Dfs, Errno, XattrMode};
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+/// One file in memory behind a fake data service, counting requests in flight.
+#[derive(Debug, Default)]
+struct FakeEngine {
+    file: Mutex<Vec<u8>>,
+    in_flight: AtomicUsize,
+    most_in_flight: AtomicUsize,
+    requests: AtomicUsize,
+    fail_with: Mutex<Option<TransportError>>,
+    wrong_id: std::sync::atomic::AtomicBool,
+}
+
+const MAX_IO: usize = 1000;
+
+impl DfsTransport for FakeEngine {
+    fn call(&self, request: &[u8], bulk: Bulk<'_>) -> Result<TransportReply, TransportError> {
+        if let Some(e) = self.fail_with.lock().unwrap().clone() {
+            return Err(e);
+        }
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(5));
+        let req = proto::DfsRequest::decode(request).unwrap();
+        let mut reply = proto::DfsReply {
+            id: if self.wrong_id.load(Ordering::SeqCst) {
+                0
+            } else {
+                req.id
+            },
+            ..Default::default()
+        };
+        let mut moved = 0;
+        match (req.op.unwrap(), bulk) {
+            (Op::Mount(_), _) => {
+                reply.result = Some(Res::Mount(proto::MountInfo {
+                    root: ROOT_OID,
+                    chunk_size: 4096,
+                    read_only: false,
+                    max_io: MAX_IO as u32,
+                }))
+            }
+            (Op::Read(r), Bulk::FromServer(buf)) => {
+                assert!(r.len as usize <= MAX_IO && r.len as usize == buf.len());
+                let file = self.file.lock().unwrap();
+                let start = (r.offset as usize).min(file.len());
+                let n = buf.len().min(file.len() - start);
+                buf[..n].copy_from_slice(&file[start..start + n]);
+                moved = n;
+                reply.result = Some(Res::Bytes(n as u32));
+            }
+            (Op::Write(w), Bulk::ToServer(data)) => {
+                assert!(w.len as usize <= MAX_IO && w.len as usize == data.len());
+                let mut file = self.file.lock().unwrap();
+                let end = w.offset as usize + data.len();
+                if file.len() < end {
+                    file.resize(end, 0);
+                }
+                file[w.offset as usize..end].copy_from_slice(data);
+                moved = data.len();
+                reply.result = Some(Res::Bytes(data.len() as u32));
+            }
+            (Op::Getattr(_), _) => {
+                reply.errno = libc::ENOENT;
+                reply.detail = "no such object".into();
+            }
+            (op, _) => panic!("unexpected {op:?}"),
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        Ok(TransportReply {
+            message: reply.encode_to_vec(),
+            bulk_bytes: moved,
+        })
+    }
+}
+
+fn mounted() -> (Arc<FakeEngine>, EngineDfs) {
+    let fake = Arc::new(FakeEngine::default());
+    let dfs = EngineDfs::mount(fake.clone()).unwrap();
+    (fake, dfs)
+}
+
+#[test]
+fn large_transfers_are_split_and_pipelined() {
+    let (fake, dfs) = mounted();
+    assert_eq!(dfs.mount_info().max_io, MAX_IO);
+    let data: Vec<u8> = (0..10_500u32).map(|i| (i % 253) as u8).collect();
+    fake.requests.store(0, Ordering::SeqCst);
+    dfs.write(ROOT_OID + 1, 7, &data).unwrap();
+    assert_eq!(
+        fake.requests.load(Ordering::SeqCst),
+        11,
+        "10.5 pieces of max_io"
+    );
+    assert!(
+        fake.most_in_flight.load(Ordering::SeqCst) > 1,
+        "pieces overlap"
+    );
+    assert!(fake.most_in_flight.load(Ordering::SeqCst) <= DEFAULT_PIPELINE_DEPTH);
+    let mut back = vec![0u8; 10_500];
+    assert_eq!(dfs.read(ROOT_OID + 1, 7, &mut back).unwrap(), 10_500);
+    assert_eq!(back, data);
+}
+
+#[test]
+fn reads_stop_at_the_end_of_the_file() {
+    let (fake, dfs) = mounted();
+    fake.file
+        .lock()
+        .unwrap()
+        .extend((0..2500u32).map(|i| i as u8));
+    let mut buf = vec![0xAAu8; 5000];
+    assert_eq!(dfs.read(2, 100, &mut buf).unwrap(), 2400);
+    assert_eq!(buf[0], 100);
+    assert_eq!(dfs.read(2, 9000, &mut buf).unwrap(), 0);
+}
+
+#[test]
+fn depth_one_is_sequential() {
+    let fake = Arc::new(FakeEngine::default());
+    let dfs = EngineDfs::mount(fake.clone())
+        .unwrap()
+        .with_pipeline_depth(1);
+    dfs.write(2, 0, &[1; 5000]).unwrap();
+    assert_eq!(fake.most_in_flight.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn failures_map_to_errnos() {
+    let (fake, dfs) = mounted();
+    let e = dfs.getattr(5).unwrap_err();
+    assert_eq!(
+        (e.errno, e.detail.as_str()),
+        (Errno::NOENT, "no such object")
+    );
+    *fake.fail_with.lock().unwrap() = Some(TransportError::TimedOut("no reply in 5s".into()));
+    assert_eq!(dfs.getattr(5).unwrap_err().errno, Errno::TIMEDOUT);
+    *fake.fail_with.lock().unwrap() = Some(TransportError::Failed("QP in error".into()));
+    let e = dfs.read(2, 0, &mut [0; 10]).unwrap_err();
+    assert_eq!(e.errno, Errno::IO);
+    assert!(e.detail.contains("QP in error"));
+    *fake.fail_with.lock().unwrap() = None;
+    fake.wrong_id.store(true, Ordering::SeqCst);
+    assert_eq!(dfs.read(2, 0, &mut [0; 10]).unwrap_err().errno, Errno::IO);
+}
+
+#[test]
+fn oversized_xattrs_are_refused_before_sending() {
+    let (fake, dfs) = mounted();
+    let before = fake.requests.load(Ordering::SeqCst);
+    let e = dfs.setxattr(2, "user.x", &vec![0; MAX_XATTR_VALUE + 1], XattrMode::Any);
+    assert_eq!(e.unwrap_err().errno, Errno(libc::E2BIG));
+    assert_eq!(fake.requests.load(Ordering::SeqCst), before);
+}

@@ -1,0 +1,65 @@
+//! The seam between [`super::EngineDfs`] and whatever carries its messages: the fabric's
+//! tenant session in production, a direct call into the engine's data service in tests.
+
+use std::fmt;
+
+/// The request's payload buffer, which the engine reaches by RMA (a scoped rkey over it).
+#[derive(Debug)]
+pub enum Bulk<'a> {
+    /// The request moves no file data.
+    None,
+    /// A Write: the engine pulls (RDMA READ) from this buffer.
+    ToServer(&'a [u8]),
+    /// A Read: the engine pushes (RDMA WRITE) into this buffer.
+    FromServer(&'a mut [u8]),
+}
+
+impl Bulk<'_> {
+    /// Bytes in the buffer.
+    pub fn len(&self) -> usize {
+        match self {
+            Bulk::None => 0,
+            Bulk::ToServer(b) => b.len(),
+            Bulk::FromServer(b) => b.len(),
+        }
+    }
+
+    /// Whether there is no buffer (or an empty one).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What came back for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransportReply {
+    /// The encoded `DfsReply`.
+    pub message: Vec<u8>,
+    /// Bulk bytes the engine moved, when the transport knows (0 otherwise).
+    pub bulk_bytes: usize,
+}
+
+/// Why a request got no reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransportError {
+    /// No reply in time (the caller sees ETIMEDOUT).
+    #[error("timed out: {0}")]
+    TimedOut(String),
+    /// The connection failed (the caller sees EIO).
+    #[error("transport failed: {0}")]
+    Failed(String),
+}
+
+/// Carries `DfsRequest` messages to one container's data service and their replies back.
+/// Called from many threads at once; each call is one request in flight.
+pub trait DfsTransport: Send + Sync {
+    /// Sends an encoded `DfsRequest` (at most 64 KiB) with its payload buffer, and waits
+    /// for the reply.
+    fn call(&self, request: &[u8], bulk: Bulk<'_>) -> Result<TransportReply, TransportError>;
+}
+
+impl fmt::Debug for dyn DfsTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DfsTransport")
+    }
+}

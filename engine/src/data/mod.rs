@@ -1,0 +1,160 @@
+//! The DFS data service: one request of a client connection in, one reply out.
+//!
+//! It is independent of the transport. The fabric session layer verifies the connection's
+//! capability, hands each request message here with a [`ConnectionContext`] built from it,
+//! and a [`BulkIo`] over the request's scoped rkey; file data moves only through that (RMA
+//! READ of the client's write-staging buffer, RMA WRITE into its read-landing buffer).
+//!
+//! Rights: a connection without write rights, or to a snapshot, is read-only: every change
+//! (and opening for writing) fails with EROFS, the error a read-only mount gives, and
+//! `MountInfo.read_only` says so up front.
+
+mod budget;
+mod convert;
+mod lifecycle;
+mod ops;
+mod volumes;
+
+pub use budget::{PoolBudget, data_tier};
+pub use volumes::{DEFAULT_CHUNK_SIZE, VolumeKey, Volumes, chunk_size_of, quota_of};
+
+use crate::engine::Engine;
+use dpufs_proto::engine::v1::{DfsReply, DfsRequest};
+use prost::Message;
+use std::io;
+use std::sync::Arc;
+
+/// Largest Read or Write the service accepts (`MountInfo.max_io`).
+pub const MAX_IO: usize = 1 << 20;
+
+/// Most entries in one ReadDir reply: 200 names of 255 bytes and their fields stay below
+/// the 64 KiB message limit.
+pub const MAX_READDIR_ENTRIES: usize = 200;
+
+/// The client's buffer a Read or Write moves data through: a scoped rkey over the client's
+/// registered memory, or a plain buffer in tests.
+pub trait BulkIo {
+    /// Bytes in the buffer.
+    fn len(&self) -> usize;
+    /// Whether the buffer is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies `out.len()` bytes from `offset` of the client's buffer (RDMA READ of its
+    /// write-staging buffer).
+    fn pull(&mut self, offset: usize, out: &mut [u8]) -> io::Result<()>;
+    /// Copies `data` to `offset` of the client's buffer (RDMA WRITE into its read-landing
+    /// buffer).
+    fn push(&mut self, offset: usize, data: &[u8]) -> io::Result<()>;
+}
+
+/// No buffer: for requests without data.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoBulk;
+
+impl BulkIo for NoBulk {
+    fn len(&self) -> usize {
+        0
+    }
+    fn pull(&mut self, _: usize, _: &mut [u8]) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the request has no buffer",
+        ))
+    }
+    fn push(&mut self, _: usize, _: &[u8]) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the request has no buffer",
+        ))
+    }
+}
+
+/// What a connection may do, from its verified capability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rights {
+    ReadOnly,
+    ReadWrite,
+}
+
+/// The connection a request came on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionContext {
+    /// Pool UUID.
+    pub pool: String,
+    /// Container UUID.
+    pub container: String,
+    /// The snapshot (by epoch) the connection serves, read-only; None for the container.
+    pub snapshot: Option<u64>,
+    pub rights: Rights,
+}
+
+impl ConnectionContext {
+    fn key(&self) -> VolumeKey {
+        VolumeKey {
+            pool: self.pool.clone(),
+            container: self.container.clone(),
+            snapshot: self.snapshot,
+        }
+    }
+
+    /// Whether changes are refused (EROFS).
+    pub fn read_only(&self) -> bool {
+        self.snapshot.is_some() || self.rights == Rights::ReadOnly
+    }
+}
+
+/// The data service of an engine.
+#[derive(Debug, Clone)]
+pub struct DataService {
+    engine: Arc<Engine>,
+}
+
+impl DataService {
+    pub fn new(engine: Arc<Engine>) -> DataService {
+        DataService { engine }
+    }
+
+    /// Serves one encoded request; the reply is always a message (an undecodable request
+    /// gets EPROTO).
+    pub fn handle(
+        &self,
+        ctx: &ConnectionContext,
+        request: &[u8],
+        bulk: &mut dyn BulkIo,
+    ) -> Vec<u8> {
+        let reply = match DfsRequest::decode(request) {
+            Ok(req) => self.serve(ctx, req, bulk),
+            Err(e) => convert::failure(
+                0,
+                crate::dfs::DfsError {
+                    errno: crate::dfs::Errno::Proto,
+                    detail: format!("undecodable request: {e}"),
+                },
+            ),
+        };
+        reply.encode_to_vec()
+    }
+
+    /// Serves one request.
+    pub fn serve(
+        &self,
+        ctx: &ConnectionContext,
+        req: DfsRequest,
+        bulk: &mut dyn BulkIo,
+    ) -> DfsReply {
+        let id = req.id;
+        match ops::run(&self.engine, ctx, req, bulk) {
+            Ok(result) => DfsReply {
+                id,
+                errno: 0,
+                detail: String::new(),
+                result,
+            },
+            Err(e) => {
+                tracing::debug!(id, errno = e.errno as i32, detail = %e.detail, "dfs request failed");
+                convert::failure(id, e)
+            }
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! One DFS operation against a connection's namespace.
+
+use super::convert::{self, attr};
+use super::{BulkIo, ConnectionContext, MAX_IO, MAX_READDIR_ENTRIES};
+use crate::dfs::{DfsError, DfsResult, Errno, ROOT, XattrSet};
+use crate::engine::Engine;
+use dpufs_proto::engine::v1::{self as wire, dfs_reply::Result as Res, dfs_request::Op};
+use std::cell::RefCell;
+
+/// Most bytes of attribute names listed at once (Linux's XATTR_LIST_MAX is 64 KiB; the
+/// reply must stay below the message limit).
+const MAX_XATTR_LIST: usize = 60 << 10;
+
+fn fail(errno: Errno, detail: impl Into<String>) -> DfsError {
+    DfsError {
+        errno,
+        detail: detail.into(),
+    }
+}
+
+/// Whether an operation changes the namespace.
+fn changes(op: &Op) -> bool {
+    match op {
+        Op::Setattr(_)
+        | Op::Create(_)
+        | Op::Mkdir(_)
+        | Op::Symlink(_)
+        | Op::Unlink(_)
+        | Op::Rmdir(_)
+        | Op::Rename(_)
+        | Op::Write(_)
+        | Op::Setxattr(_)
+        | Op::Removexattr(_) => true,
+        Op::Open(o) => o.write,
+        Op::Mount(_)
+        | Op::Lookup(_)
+        | Op::Getattr(_)
+        | Op::Readdir(_)
+        | Op::Readlink(_)
+        | Op::Read(_)
+        | Op::Fsync(_)
+        | Op::Statfs(_)
+        | Op::Getxattr(_)
+        | Op::Listxattr(_) => false,
+    }
+}
+
+/// Runs `f` on a reusable buffer of `len` bytes (I/O buffers are up to 1 MiB; allocating
+/// and zeroing one per request would cost more than the copy).
+fn with_buffer<T>(len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    thread_local! {
+        static BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    BUF.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.len() < len {
+            b.resize(len, 0);
+        }
+        f(&mut b[..len])
+    })
+}
+
+/// Checks a Read or Write length against the limit and the request's buffer.
+fn io_len(len: u32, bulk: &dyn BulkIo) -> DfsResult<usize> {
+    let len = len as usize;
+    if len > MAX_IO {
+        return Err(fail(
+            Errno::Inval,
+            format!("{len} bytes exceed max_io {MAX_IO}"),
+        ));
+    }
+    if len > bulk.len() {
+        return Err(fail(
+            Errno::Inval,
+            format!(
+                "{len} bytes do not fit the request's {}-byte buffer",
+                bulk.len()
+            ),
+        ));
+    }
+    Ok(len)
+}
+
+fn bulk_failed(e: std::io::Error) -> DfsError {
+    fail(Errno::Io, format!("bulk transfer failed: {e}"))
+}
+
+/// Runs one operation; `None` is a success without a result.
+pub fn run(
+    engine: &Engine,
+    ctx: &ConnectionContext,
+    req: wire::DfsRequest,
+    bulk: &mut dyn BulkIo,
+) -> DfsResult<Option<Res>> {
+    let op = req
+        .op
+        .ok_or_else(|| fail(Errno::NoSys, "unknown or missing operation"))?;
+    if ctx.read_only() && changes(&op) {
+        let why = if ctx.snapshot.is_some() {
+            "a snapshot"
+        } else {
+            "a read-only connection"
+        };
+        return Err(fail(Errno::RoFs, format!("{why} cannot change anything")));
+    }
+    let ns = engine.volume(&ctx.key())?;
+    let res = match op {
+        Op::Mount(_) => Res::Mount(wire::MountInfo {
+            root: ROOT,
+            chunk_size: ns.chunk_size(),
+            read_only: ctx.read_only(),
+            max_io: MAX_IO as u32,
+        }),
+        Op::Lookup(l) => Res::Attr(attr(&ns.lookup(l.parent, &l.name)?)),
+        Op::Getattr(g) => Res::Attr(attr(&ns.getattr(g.oid)?)),
+        Op::Setattr(s) => Res::Attr(attr(&ns.setattr(s.oid, convert::set_attr(&s))?)),
+        Op::Readdir(r) => {
+            let max = match r.max as usize {
+                0 => MAX_READDIR_ENTRIES,
+                n => n.min(MAX_READDIR_ENTRIES),
+            };
+            let page = ns.readdir(r.dir, r.cookie, max)?;
+            Res::Entries(wire::DirEntries {
+                entries: page.entries.into_iter().map(convert::entry).collect(),
+                end: page.end,
+            })
+        }
+        Op::Create(c) => Res::Attr(attr(&ns.create(c.parent, &c.name, c.mode, c.uid, c.gid)?)),
+        Op::Mkdir(c) => Res::Attr(attr(&ns.mkdir(c.parent, &c.name, c.mode, c.uid, c.gid)?)),
+        Op::Symlink(s) => Res::Attr(attr(
+            &ns.symlink(s.parent, &s.name, &s.target, s.uid, s.gid)?,
+        )),
+        Op::Readlink(r) => Res::Target(ns.readlink(r.oid)?),
+        Op::Unlink(r) => return ns.unlink(r.parent, &r.name).map(|()| None),
+        Op::Rmdir(r) => return ns.rmdir(r.parent, &r.name).map(|()| None),
+        Op::Rename(r) => {
+            ns.rename(r.parent, &r.name, r.new_parent, &r.new_name, r.noreplace)?;
+            return Ok(None);
+        }
+        Op::Open(o) => Res::Attr(attr(&ns.open_object(o.oid, o.write)?)),
+        Op::Read(r) => {
+            let len = io_len(r.len, bulk)?;
+            let n = with_buffer(len, |buf| -> DfsResult<usize> {
+                let n = ns.read(r.oid, r.offset, buf)?;
+                bulk.push(0, &buf[..n]).map_err(bulk_failed)?;
+                Ok(n)
+            })?;
+            Res::Bytes(n as u32)
+        }
+        Op::Write(w) => {
+            let len = io_len(w.len, bulk)?;
+            with_buffer(len, |buf| -> DfsResult<()> {
+                bulk.pull(0, buf).map_err(bulk_failed)?;
+                ns.write(w.oid, w.offset, buf)
+            })?;
+            Res::Bytes(len as u32)
+        }
+        Op::Fsync(f) => {
+            ns.getattr(f.oid)?;
+            if !ns.read_only() {
+                // Data and metadata together: fdatasync is no cheaper here.
+                ns.fsync(f.oid)?;
+            }
+            return Ok(None);
+        }
+        Op::Statfs(_) => Res::Statfs(statfs(engine, ctx, &ns)?),
+        Op::Setxattr(s) => {
+            let how = match (s.create, s.replace) {
+                (false, false) => XattrSet::Any,
+                (true, false) => XattrSet::Create,
+                (false, true) => XattrSet::Replace,
+                (true, true) => {
+                    return Err(fail(Errno::Inval, "both XATTR_CREATE and XATTR_REPLACE"));
+                }
+            };
+            ns.setxattr(s.oid, &s.name, &s.value, how)?;
+            return Ok(None);
+        }
+        Op::Getxattr(g) => Res::Value(ns.getxattr(g.oid, &g.name)?),
+        Op::Listxattr(l) => {
+            let names = ns.listxattr(l.oid)?;
+            if names.iter().map(|n| n.len() + 1).sum::<usize>() > MAX_XATTR_LIST {
+                return Err(fail(Errno::TooBig, "attribute names exceed the list limit"));
+            }
+            Res::Xattrs(wire::XattrNames { names })
+        }
+        Op::Removexattr(r) => {
+            ns.removexattr(r.oid, &r.name)?;
+            return Ok(None);
+        }
+    };
+    Ok(Some(res))
+}
+
+/// Usage as the connection sees it: the pool's space, capped by the container's quota.
+fn statfs(
+    engine: &Engine,
+    ctx: &ConnectionContext,
+    ns: &crate::dfs::Namespace,
+) -> DfsResult<wire::DfsStatFs> {
+    let budget = engine
+        .budget_of(&ctx.pool)
+        .ok_or_else(|| fail(Errno::Stale, "the pool of this connection is gone"))?;
+    let pool_free = budget.capacity().saturating_sub(budget.used());
+    let quota = ns.quota();
+    let total = quota.map_or(budget.capacity(), |q| q.min(budget.capacity()));
+    let free = match quota {
+        Some(q) => q.saturating_sub(ns.used()?).min(pool_free),
+        None => pool_free,
+    };
+    Ok(wire::DfsStatFs {
+        total_bytes: total,
+        free_bytes: free,
+        files: ns.objects()?,
+        quota: quota.is_some(),
+    })
+}

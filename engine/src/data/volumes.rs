@@ -1,0 +1,248 @@
+//! Where containers' namespaces live, and the open ones.
+//!
+//! Layout, on every rank of the pool (`ranks/<r>/pools/<pool>/`):
+//! - `conts/<container>/`: the container's chunk files; rank 0 of the pool also holds its
+//!   metadata store `meta.redb` there;
+//! - `snaps/<container>/<epoch>/`: the same for each snapshot.
+//!
+//! A namespace is opened once and kept (two open instances of one store would corrupt it);
+//! destroy is the only thing that closes one. Each pool has one [`PoolBudget`], built the
+//! first time any of its namespaces is needed by counting every container found on disk.
+
+use super::budget::PoolBudget;
+use crate::dfs::{DfsError, DfsResult, Errno, Namespace, NamespaceConfig, RealDisk, SpaceBudget};
+use crate::engine::Engine;
+use crate::records::{ContRecord, PoolRecord, Stored};
+use crate::store::Reader;
+use dpufs_proto::daos::props::{CONT_DPUFS_CHUNK_SIZE, CONT_DPUFS_QUOTA};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// DFS's default chunk size.
+pub const DEFAULT_CHUNK_SIZE: u64 = 1 << 20;
+
+/// Names one namespace: a container, or one of its snapshots.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct VolumeKey {
+    pub pool: String,
+    pub container: String,
+    /// The snapshot's epoch; None for the container itself.
+    pub snapshot: Option<u64>,
+}
+
+/// The open namespaces and pool budgets of an engine.
+#[derive(Debug, Default)]
+pub struct Volumes {
+    inner: Mutex<Open>,
+    /// Serializes snapshot, clone and destroy of namespaces (they pick epochs and paths).
+    pub(crate) lifecycle: Mutex<()>,
+}
+
+#[derive(Debug, Default)]
+struct Open {
+    namespaces: HashMap<VolumeKey, Arc<Namespace>>,
+    budgets: HashMap<String, Arc<PoolBudget>>,
+}
+
+fn prop(cont: &ContRecord, number: u32) -> Option<u64> {
+    match cont.props.get(&number) {
+        Some(Stored::Num(n)) => Some(*n),
+        _ => None,
+    }
+}
+
+/// The chunk size a container's namespace is created with.
+pub fn chunk_size_of(cont: &ContRecord) -> u64 {
+    prop(cont, CONT_DPUFS_CHUNK_SIZE).unwrap_or(DEFAULT_CHUNK_SIZE)
+}
+
+/// The container's quota, if any.
+pub fn quota_of(cont: &ContRecord) -> Option<u64> {
+    prop(cont, CONT_DPUFS_QUOTA).filter(|&q| q > 0)
+}
+
+impl Volumes {
+    fn lock(&self) -> MutexGuard<'_, Open> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Engine {
+    /// The directories of a namespace: one per rank of the pool, the first holding the store.
+    pub fn volume_dirs(
+        &self,
+        pool: &PoolRecord,
+        cont: &str,
+        snapshot: Option<u64>,
+    ) -> Vec<PathBuf> {
+        pool.ranks
+            .iter()
+            .map(|&rank| {
+                let base = self.pool_dir(rank, &pool.uuid);
+                match snapshot {
+                    None => base.join("conts").join(cont),
+                    Some(epoch) => base.join("snaps").join(cont).join(epoch.to_string()),
+                }
+            })
+            .collect()
+    }
+
+    /// How the namespace of `cont` (or of its snapshot) is laid out and limited.
+    pub(crate) fn volume_config(
+        &self,
+        pool: &PoolRecord,
+        cont: &ContRecord,
+        snapshot: Option<u64>,
+        budget: Option<Arc<dyn SpaceBudget>>,
+    ) -> NamespaceConfig {
+        let chunk_dirs = self.volume_dirs(pool, &cont.uuid, snapshot);
+        NamespaceConfig {
+            meta_path: chunk_dirs[0].join("meta.redb"),
+            chunk_dirs,
+            chunk_size: chunk_size_of(cont),
+            quota: quota_of(cont),
+            read_only: snapshot.is_some(),
+            budget: if snapshot.is_some() { None } else { budget },
+        }
+    }
+
+    /// The namespace of a container or snapshot named by the data service, opening it if
+    /// needed. A container or snapshot that does not exist (any more) is ESTALE.
+    pub fn volume(&self, key: &VolumeKey) -> DfsResult<Arc<Namespace>> {
+        if let Some(ns) = self.volumes.lock().namespaces.get(key) {
+            return Ok(ns.clone());
+        }
+        let found = self.store.read(|v| {
+            let pool = v.pool(&key.pool)?;
+            let cont = match &pool {
+                Some(p) => v.find_container(&p.uuid, &key.container)?,
+                None => None,
+            };
+            Ok(pool.zip(cont))
+        });
+        let gone = |what: &str| DfsError {
+            errno: Errno::Stale,
+            detail: format!("{what} of this connection no longer exists"),
+        };
+        let (pool, cont) = found
+            .map_err(DfsError::from)?
+            .ok_or_else(|| gone("the container"))?;
+        if let Some(epoch) = key.snapshot
+            && !cont.snapshots.iter().any(|s| s.epoch == epoch)
+        {
+            return Err(gone("the snapshot"));
+        }
+        self.namespace(&pool, &cont, key.snapshot)
+    }
+
+    /// The namespace of `cont` (or of its snapshot), opened once and kept.
+    pub fn namespace(
+        &self,
+        pool: &PoolRecord,
+        cont: &ContRecord,
+        snapshot: Option<u64>,
+    ) -> DfsResult<Arc<Namespace>> {
+        let mut open = self.volumes.lock();
+        let budget = self.budget_locked(&mut open, pool)?;
+        self.open_locked(&mut open, pool, cont, snapshot, budget)
+    }
+
+    fn open_locked(
+        &self,
+        open: &mut Open,
+        pool: &PoolRecord,
+        cont: &ContRecord,
+        snapshot: Option<u64>,
+        budget: Arc<PoolBudget>,
+    ) -> DfsResult<Arc<Namespace>> {
+        let key = VolumeKey {
+            pool: pool.uuid.clone(),
+            container: cont.uuid.clone(),
+            snapshot,
+        };
+        if let Some(ns) = open.namespaces.get(&key) {
+            return Ok(ns.clone());
+        }
+        let cfg = self.volume_config(pool, cont, snapshot, Some(budget));
+        if snapshot.is_some() && !cfg.meta_path.exists() {
+            // Never create an empty namespace in a snapshot's place.
+            return Err(DfsError {
+                errno: Errno::Stale,
+                detail: format!("snapshot {snapshot:?} of {} has no namespace", cont.uuid),
+            });
+        }
+        let ns = Arc::new(Namespace::open(Arc::new(RealDisk), cfg)?);
+        open.namespaces.insert(key, ns.clone());
+        Ok(ns)
+    }
+
+    /// The pool's budget, counting every container already on disk the first time.
+    fn budget_locked(&self, open: &mut Open, pool: &PoolRecord) -> DfsResult<Arc<PoolBudget>> {
+        if let Some(b) = open.budgets.get(&pool.uuid) {
+            return Ok(b.clone());
+        }
+        let budget = Arc::new(PoolBudget::new(pool));
+        let conts = self
+            .store
+            .read(|v| v.containers(&pool.uuid))
+            .map_err(DfsError::from)?;
+        for cont in &conts {
+            let meta = self.volume_dirs(pool, &cont.uuid, None)[0].join("meta.redb");
+            if meta.exists() {
+                let ns = self.open_locked(open, pool, cont, None, budget.clone())?;
+                budget.add_existing(ns.used()?);
+            }
+        }
+        open.budgets.insert(pool.uuid.clone(), budget.clone());
+        Ok(budget)
+    }
+
+    /// The budget of a pool whose namespaces are in use.
+    pub fn budget_of(&self, pool: &str) -> Option<Arc<PoolBudget>> {
+        self.volumes.lock().budgets.get(pool).cloned()
+    }
+
+    /// The pool's budget (capacity and data bytes used).
+    pub fn pool_budget(&self, pool: &PoolRecord) -> DfsResult<Arc<PoolBudget>> {
+        self.budget_locked(&mut self.volumes.lock(), pool)
+    }
+
+    /// The open namespace of a container, if it is open.
+    pub(crate) fn open_namespace(&self, pool: &str, cont: &str) -> Option<Arc<Namespace>> {
+        let key = VolumeKey {
+            pool: pool.to_string(),
+            container: cont.to_string(),
+            snapshot: None,
+        };
+        self.volumes.lock().namespaces.get(&key).cloned()
+    }
+
+    /// Closes a container's namespaces (its own and its snapshots'); returns its own, if it
+    /// was open, so the caller can give its space back.
+    pub(crate) fn close_volume(
+        &self,
+        pool: &str,
+        cont: &str,
+        snapshot: Option<u64>,
+    ) -> Option<Arc<Namespace>> {
+        let mut open = self.volumes.lock();
+        let own = open.namespaces.remove(&VolumeKey {
+            pool: pool.to_string(),
+            container: cont.to_string(),
+            snapshot,
+        });
+        if snapshot.is_none() {
+            open.namespaces
+                .retain(|k, _| !(k.pool == pool && k.container == cont));
+        }
+        own
+    }
+
+    /// Forgets everything open in a pool that is going away.
+    pub(crate) fn close_pool(&self, pool: &str) {
+        let mut open = self.volumes.lock();
+        open.namespaces.retain(|k, _| k.pool != pool);
+        open.budgets.remove(pool);
+    }
+}

@@ -1,0 +1,270 @@
+//! File data: each regular file is cut into chunks of the namespace's chunk size, one chunk
+//! file per chunk, spread over the pool's ranks. Missing chunks (and the part of a chunk
+//! beyond its file's end) are holes and read as zeros.
+
+use super::disk::DiskFile;
+use super::inode::{Oid, Time};
+use super::namespace::{INODES, Namespace, WriteState, get_inode, put_inode};
+use super::{DfsResult, Errno, err};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Open chunk files kept per namespace before the cache is emptied.
+const MAX_OPEN_CHUNKS: usize = 1024;
+
+/// Largest file end: what off_t can address.
+const MAX_FILE_END: u64 = i64::MAX as u64;
+
+/// EFBIG unless [offset, offset + len) is addressable.
+pub(super) fn check_end(offset: u64, len: u64) -> DfsResult<u64> {
+    match offset.checked_add(len) {
+        Some(end) if end <= MAX_FILE_END => Ok(end),
+        _ => Err(err(Errno::FBig, "beyond the largest file size")),
+    }
+}
+
+fn mark_dir_dirty(st: &mut WriteState, path: &Path) {
+    if let Some(dir) = path.parent() {
+        st.dirty_dirs.insert(dir.to_path_buf());
+        if let Some(up) = dir.parent() {
+            st.dirty_dirs.insert(up.to_path_buf());
+        }
+    }
+}
+
+impl Namespace {
+    fn chunk_path(&self, oid: Oid, idx: u64) -> PathBuf {
+        let dirs = &self.cfg.chunk_dirs;
+        let rank = (oid.wrapping_add(idx) % dirs.len() as u64) as usize;
+        dirs[rank].join(format!("{oid:x}.{idx}"))
+    }
+
+    /// The chunk file, from the cache or the disk; None when it does not exist
+    /// and `create` is not set (a hole).
+    fn chunk(
+        &self,
+        st: &mut WriteState,
+        oid: Oid,
+        idx: u64,
+        create: bool,
+    ) -> DfsResult<Option<Arc<dyn DiskFile>>> {
+        if let Some(f) = st.open.get(&(oid, idx)) {
+            return Ok(Some(f.clone()));
+        }
+        let path = self.chunk_path(oid, idx);
+        match self.disk.open(&path, create) {
+            Ok(f) => {
+                if create {
+                    mark_dir_dirty(st, &path);
+                }
+                if st.open.len() >= MAX_OPEN_CHUNKS {
+                    self.sync_dirty(st, None)?;
+                    st.open.clear();
+                }
+                st.open.insert((oid, idx), f.clone());
+                Ok(Some(f))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The byte ranges of [offset, offset + len) within each chunk: (chunk, offset in it, length).
+    fn pieces(&self, offset: u64, len: u64) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        let cs = self.chunk_size;
+        let end = offset + len;
+        (offset / cs..end.div_ceil(cs)).map(move |idx| {
+            let start = (idx * cs).max(offset);
+            let stop = ((idx + 1) * cs).min(end);
+            (idx, start - idx * cs, stop - start)
+        })
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; holes read as zeros.
+    pub fn read(&self, oid: Oid, offset: u64, buf: &mut [u8]) -> DfsResult<usize> {
+        let ino = self.getattr(oid)?;
+        if !ino.is_file() {
+            let errno = if ino.is_dir() {
+                Errno::IsDir
+            } else {
+                Errno::Inval
+            };
+            return Err(err(errno, "can only read regular files"));
+        }
+        let len = (buf.len() as u64).min(ino.size.saturating_sub(offset));
+        // The lock only guards the chunk cache: reads run side by side.
+        let files: Vec<_> = {
+            let mut st = self.writes.lock().expect("writes lock");
+            self.pieces(offset, len)
+                .map(|(idx, at, n)| Ok((self.chunk(&mut st, oid, idx, false)?, at, n)))
+                .collect::<DfsResult<_>>()?
+        };
+        let mut done = 0usize;
+        for (file, at, n) in files {
+            let out = &mut buf[done..done + n as usize];
+            let got = match file {
+                Some(f) => f.read_at(at, out)?,
+                None => 0,
+            };
+            out[got..].fill(0);
+            done += n as usize;
+        }
+        Ok(done)
+    }
+
+    /// Writes `data` at `offset`. Space is taken from the quota and the pool before
+    /// anything is written, so a full container or pool loses nothing it had.
+    pub fn write(&self, oid: Oid, offset: u64, data: &[u8]) -> DfsResult<()> {
+        self.writable()?;
+        let end = check_end(offset, data.len() as u64)?;
+        let mut st = self.writes.lock().expect("writes lock");
+        let ino = self.getattr(oid)?;
+        if !ino.is_file() {
+            let errno = if ino.is_dir() {
+                Errno::IsDir
+            } else {
+                Errno::Inval
+            };
+            return Err(err(errno, "can only write regular files"));
+        }
+        if data.is_empty() {
+            // pwrite(2) of nothing changes nothing, not even the size.
+            return Ok(());
+        }
+        let mut growth = 0u64;
+        let mut files = Vec::new();
+        for (idx, at, n) in self.pieces(offset, data.len() as u64) {
+            let f = self.chunk(&mut st, oid, idx, true)?.expect("created");
+            let f = self.unshare(&mut st, oid, idx, f)?;
+            growth += (at + n).saturating_sub(f.size()?);
+            files.push((idx, f, at, n));
+        }
+        self.reserve(growth)?;
+        let written = self.write_reserved(&mut st, oid, end, growth, data, files);
+        if written.is_err() {
+            self.release(growth);
+        }
+        written
+    }
+
+    fn write_reserved(
+        &self,
+        st: &mut WriteState,
+        oid: Oid,
+        end: u64,
+        growth: u64,
+        data: &[u8],
+        files: Vec<(u64, Arc<dyn DiskFile>, u64, u64)>,
+    ) -> DfsResult<()> {
+        let mut done = 0usize;
+        for (idx, f, at, n) in files {
+            f.write_at(at, &data[done..done + n as usize])?;
+            st.dirty.insert((oid, idx));
+            done += n as usize;
+        }
+        self.update(|tx| {
+            let mut ino = get_inode(&tx.open_table(INODES)?, oid)?;
+            ino.size = ino.size.max(end);
+            let now = Time::now();
+            ino.mtime = now;
+            ino.ctime = now;
+            put_inode(tx, &ino)?;
+            super::space::adjust_used(tx, growth as i64)
+        })
+    }
+
+    /// Copy-on-write: a chunk file shared with a snapshot is copied before it
+    /// is changed.
+    fn unshare(
+        &self,
+        st: &mut WriteState,
+        oid: Oid,
+        idx: u64,
+        f: Arc<dyn DiskFile>,
+    ) -> DfsResult<Arc<dyn DiskFile>> {
+        let path = self.chunk_path(oid, idx);
+        if !self.disk.is_shared(&path)? {
+            return Ok(f);
+        }
+        let mut bytes = vec![0; f.size()? as usize];
+        f.read_at(0, &mut bytes)?;
+        self.disk.remove(&path)?;
+        let copy = self.disk.open(&path, true)?;
+        copy.write_at(0, &bytes)?;
+        st.open.insert((oid, idx), copy.clone());
+        st.dirty.insert((oid, idx));
+        mark_dir_dirty(st, &path);
+        Ok(copy)
+    }
+
+    /// Frees the data of [new_size, old_size): whole chunks are removed, the
+    /// chunk holding the new end is cut (after unsharing it, so a snapshot keeps
+    /// its bytes). Returns the bytes freed.
+    pub(super) fn cut_chunks(
+        &self,
+        st: &mut WriteState,
+        oid: Oid,
+        new_size: u64,
+        old_size: u64,
+    ) -> DfsResult<u64> {
+        let cs = self.chunk_size;
+        let mut freed = 0;
+        for idx in new_size / cs..old_size.div_ceil(cs) {
+            let Some(f) = self.chunk(st, oid, idx, false)? else {
+                continue;
+            };
+            let keep = new_size.saturating_sub(idx * cs).min(cs);
+            let len = f.size()?;
+            if keep == 0 {
+                let path = self.chunk_path(oid, idx);
+                self.disk.remove(&path)?;
+                mark_dir_dirty(st, &path);
+                freed += len;
+            } else if len > keep {
+                let f = self.unshare(st, oid, idx, f)?;
+                f.set_len(keep)?;
+                st.dirty.insert((oid, idx));
+                freed += len - keep;
+            }
+        }
+        let kept = new_size.div_ceil(cs);
+        st.open.retain(|(o, i), _| *o != oid || *i < kept);
+        st.dirty.retain(|(o, i)| *o != oid || *i < kept);
+        Ok(freed)
+    }
+
+    /// Syncs the written chunks (of one object, or all).
+    pub(super) fn sync_dirty(&self, st: &mut WriteState, only: Option<Oid>) -> DfsResult<()> {
+        let chunks: Vec<(Oid, u64)> = st
+            .dirty
+            .iter()
+            .copied()
+            .filter(|(o, _)| only.is_none_or(|x| x == *o))
+            .collect();
+        for key in chunks {
+            if let Some(f) = st.open.get(&key) {
+                f.sync()?;
+            }
+            st.dirty.remove(&key);
+        }
+        Ok(())
+    }
+
+    /// Syncs the directories whose entries changed (new, copied or removed chunk files).
+    pub(super) fn sync_dirs(&self, st: &mut WriteState) -> DfsResult<()> {
+        for dir in std::mem::take(&mut st.dirty_dirs) {
+            self.disk.sync_dir(&dir)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the object's data and every metadata change so far durable: chunk data
+    /// first, then the chunk directories, then the metadata that points at them.
+    pub fn fsync(&self, oid: Oid) -> DfsResult<()> {
+        let mut st = self.writes.lock().expect("writes lock");
+        self.sync_dirty(&mut st, Some(oid))?;
+        self.sync_dirs(&mut st)?;
+        drop(st);
+        self.commit_durably()
+    }
+}

@@ -1,0 +1,110 @@
+//! Directory entries and listings with stable cookies.
+//!
+//! Entries are keyed by (directory, hash of the name, name), so a directory lists in hash
+//! order and an entry's cookie is the hash of its own name: a value that depends on nothing
+//! but the entry, so it stays valid however the directory changes around it. A listing
+//! resumes strictly after the cookie's hash. Two names with the same 63-bit hash would share
+//! a cookie, so a page never ends inside a run of equal hashes (it runs over `max` instead):
+//! resuming after that hash can then skip nothing.
+
+use super::DfsResult;
+use super::inode::{Oid, S_IFMT};
+use super::namespace::{ENTRIES, INODES, Namespace, get_dir, get_inode};
+use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
+
+/// An entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub oid: Oid,
+    /// File type bits (`S_IFDIR`, `S_IFREG`, `S_IFLNK`).
+    pub kind: u32,
+    /// Resume after this entry with this value: the hash of its name.
+    pub cookie: u64,
+}
+
+/// A page of a listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DirPage {
+    pub entries: Vec<DirEntry>,
+    /// Nothing follows the last entry.
+    pub end: bool,
+}
+
+/// The cookie of a name: a 63-bit hash that is never 0 (0 starts a listing) and never
+/// changes (it is part of the stored key). FNV-1a, then a 64-bit finalizer so similar
+/// names spread over the whole range.
+pub fn name_hash(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    (h >> 1).max(1)
+}
+
+/// The key of entry `name` of `dir`.
+pub(super) fn entry_key(dir: Oid, name: &str) -> (u64, u64, &str) {
+    (dir, name_hash(name), name)
+}
+
+/// Whether directory `dir` has any entry.
+pub(super) fn has_entries(tx: &WriteTransaction, dir: Oid) -> DfsResult<bool> {
+    let entries = tx.open_table(ENTRIES)?;
+    let mut range = entries.range((dir, 0, "")..(dir + 1, 0, ""))?;
+    Ok(range.next().is_some())
+}
+
+impl Namespace {
+    /// Up to `max` entries of `dir` after `cookie` (0 starts at the beginning), more only
+    /// to finish a run of equal hashes.
+    pub fn readdir(&self, dir: Oid, cookie: u64, max: usize) -> DfsResult<DirPage> {
+        let tx = self.db.begin_read()?;
+        let inodes = tx.open_table(INODES)?;
+        get_dir(&inodes, dir)?;
+        let entries = tx.open_table(ENTRIES)?;
+        let start = if cookie == 0 {
+            0
+        } else {
+            cookie.saturating_add(1)
+        };
+        let mut page = DirPage::default();
+        for entry in entries.range((dir, start, "")..(dir + 1, 0, ""))? {
+            let (key, oid) = entry?;
+            let (_, hash, name) = key.value();
+            if page.entries.len() >= max.max(1)
+                && page.entries.last().is_none_or(|last| last.cookie != hash)
+            {
+                return Ok(page);
+            }
+            page.entries.push(DirEntry {
+                name: name.to_string(),
+                oid: oid.value(),
+                kind: get_inode(&inodes, oid.value())?.mode & S_IFMT,
+                cookie: hash,
+            });
+        }
+        page.end = true;
+        Ok(page)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_hash;
+
+    #[test]
+    fn hashes_are_nonzero_63_bits_and_spread() {
+        let names: Vec<String> = (0..10_000).map(|i| format!("file{i}")).collect();
+        let mut hashes: Vec<u64> = names.iter().map(|n| name_hash(n)).collect();
+        assert!(hashes.iter().all(|&h| h != 0 && h < 1 << 63));
+        hashes.sort_unstable();
+        hashes.dedup();
+        assert_eq!(hashes.len(), names.len());
+    }
+}

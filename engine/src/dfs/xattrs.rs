@@ -1,0 +1,136 @@
+//! Extended attributes, kept as keys of their object as DFS keeps them (akeys `x:<name>`).
+//! Names and flags follow Linux: a namespace prefix is required, `user.` attributes exist
+//! only on files and directories, XATTR_CREATE/XATTR_REPLACE as setxattr(2).
+
+use super::inode::{Inode, Oid};
+use super::namespace::{INODES, NAME_MAX, Namespace, XATTRS, get_inode};
+use super::{DfsResult, Errno, err};
+use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
+
+/// Largest value. Linux allows 64 KiB; the engine takes a little less so that a SetXattr
+/// request, name and all, stays within the data service's 64 KiB message limit.
+pub const XATTR_VALUE_MAX: usize = 63 << 10;
+
+/// Namespaces a name must start with; `system.` (POSIX ACLs) is not supported by DFS.
+const PREFIXES: [&str; 3] = ["user.", "trusted.", "security."];
+
+/// How setxattr treats an existing attribute.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum XattrSet {
+    /// Create or replace.
+    #[default]
+    Any,
+    /// XATTR_CREATE: EEXIST if it exists.
+    Create,
+    /// XATTR_REPLACE: ENODATA if it does not.
+    Replace,
+}
+
+fn check_name(name: &str) -> DfsResult<()> {
+    if name.is_empty() || name.len() > NAME_MAX {
+        return Err(err(Errno::Range, "attribute name must be 1 to 255 bytes"));
+    }
+    if !PREFIXES
+        .iter()
+        .any(|p| name.starts_with(p) && name.len() > p.len())
+    {
+        return Err(err(
+            Errno::OpNotSupp,
+            format!("attribute {name:?} is not in the user, trusted or security namespace"),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `name` may exist on `ino`: as Linux, `user.` attributes only on files and
+/// directories (others: EPERM to change, ENODATA to read).
+fn allowed(ino: &Inode, name: &str) -> bool {
+    !name.starts_with("user.") || ino.is_file() || ino.is_dir()
+}
+
+/// Removes every attribute of an object that is going away.
+pub(super) fn drop_all(tx: &WriteTransaction, oid: Oid) -> DfsResult<()> {
+    let mut xattrs = tx.open_table(XATTRS)?;
+    let names: Vec<String> = xattrs
+        .range((oid, "")..(oid + 1, ""))?
+        .map(|e| e.map(|(k, _)| k.value().1.to_string()))
+        .collect::<Result<_, _>>()?;
+    for n in names {
+        xattrs.remove((oid, n.as_str()))?;
+    }
+    Ok(())
+}
+
+impl Namespace {
+    pub fn setxattr(&self, oid: Oid, name: &str, value: &[u8], how: XattrSet) -> DfsResult<()> {
+        check_name(name)?;
+        if value.len() > XATTR_VALUE_MAX {
+            return Err(err(
+                Errno::TooBig,
+                format!("attribute value of {} bytes", value.len()),
+            ));
+        }
+        self.update(|tx| {
+            let ino = get_inode(&tx.open_table(INODES)?, oid)?;
+            if !allowed(&ino, name) {
+                return Err(err(
+                    Errno::Perm,
+                    "user attributes only on files and directories",
+                ));
+            }
+            let mut xattrs = tx.open_table(XATTRS)?;
+            let exists = xattrs.get((oid, name))?.is_some();
+            match how {
+                XattrSet::Create if exists => {
+                    return Err(err(Errno::Exist, format!("attribute {name:?} exists")));
+                }
+                XattrSet::Replace if !exists => {
+                    return Err(err(Errno::NoData, format!("no attribute {name:?}")));
+                }
+                _ => {}
+            }
+            xattrs.insert((oid, name), value)?;
+            Ok(())
+        })
+    }
+
+    pub fn getxattr(&self, oid: Oid, name: &str) -> DfsResult<Vec<u8>> {
+        check_name(name)?;
+        let tx = self.db.begin_read()?;
+        let ino = get_inode(&tx.open_table(INODES)?, oid)?;
+        let v = tx
+            .open_table(XATTRS)?
+            .get((oid, name))?
+            .map(|v| v.value().to_vec())
+            .filter(|_| allowed(&ino, name));
+        v.ok_or_else(|| err(Errno::NoData, format!("no attribute {name:?}")))
+    }
+
+    pub fn listxattr(&self, oid: Oid) -> DfsResult<Vec<String>> {
+        let tx = self.db.begin_read()?;
+        get_inode(&tx.open_table(INODES)?, oid)?;
+        let t = tx.open_table(XATTRS)?;
+        let names = t
+            .range((oid, "")..(oid + 1, ""))?
+            .map(|e| e.map(|(k, _)| k.value().1.to_string()));
+        Ok(names.collect::<Result<_, _>>()?)
+    }
+
+    pub fn removexattr(&self, oid: Oid, name: &str) -> DfsResult<()> {
+        check_name(name)?;
+        self.update(|tx| {
+            let ino = get_inode(&tx.open_table(INODES)?, oid)?;
+            if !allowed(&ino, name) {
+                return Err(err(
+                    Errno::Perm,
+                    "user attributes only on files and directories",
+                ));
+            }
+            if tx.open_table(XATTRS)?.remove((oid, name))?.is_some() {
+                Ok(())
+            } else {
+                Err(err(Errno::NoData, format!("no attribute {name:?}")))
+            }
+        })
+    }
+}
