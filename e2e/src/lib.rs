@@ -44,6 +44,10 @@ pub struct EngineOpts {
     pub tls_dir: Option<PathBuf>,
     /// Run as a replica that follows this leader.
     pub follow: Option<String>,
+    /// Serve DFS over the fabric for capabilities signed by these agents' keys (PEM files).
+    pub agent_keys: Vec<PathBuf>,
+    /// The software fabric's device directory (`DPUFS_FABRIC_DIR`) for the engine's device.
+    pub fabric_dir: Option<PathBuf>,
 }
 
 impl Default for EngineOpts {
@@ -53,6 +57,8 @@ impl Default for EngineOpts {
             capacity: 8 << 30,
             tls_dir: None,
             follow: None,
+            agent_keys: Vec::new(),
+            fabric_dir: None,
         }
     }
 }
@@ -63,6 +69,8 @@ pub struct EngineProcess {
     child: Child,
     pub data_dir: PathBuf,
     pub addr: String,
+    /// The fabric data service's handshake address, when it serves one.
+    pub fabric_addr: Option<std::net::SocketAddr>,
     pub opts: EngineOpts,
 }
 
@@ -81,6 +89,12 @@ impl EngineProcess {
         if let Some(leader) = &opts.follow {
             cmd.args(["--follow", leader]);
         }
+        for key in &opts.agent_keys {
+            cmd.arg("--agent-key").arg(key);
+        }
+        if let Some(dir) = &opts.fabric_dir {
+            cmd.env("DPUFS_FABRIC_DIR", dir);
+        }
         let mut child = cmd
             .arg("--data-dir")
             .arg(data_dir)
@@ -92,8 +106,15 @@ impl EngineProcess {
             .spawn()
             .context("spawning dpufs-engine")?;
         let stdout = child.stdout.take().expect("piped stdout");
+        let mut stdout = BufReader::new(stdout);
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line)?;
+        stdout.read_line(&mut line)?;
+        let mut fabric_addr = None;
+        if let Some(addr) = line.strip_prefix("dpufs-engine data service on fabric ") {
+            fabric_addr = addr.trim().parse().ok();
+            line.clear();
+            stdout.read_line(&mut line)?;
+        }
         let Some(addr) = line
             .strip_prefix("dpufs-engine listening on ")
             .and_then(|rest| rest.split_whitespace().next())
@@ -103,6 +124,7 @@ impl EngineProcess {
         };
         Ok(EngineProcess {
             addr: addr.to_string(),
+            fabric_addr,
             child,
             data_dir: data_dir.to_path_buf(),
             opts,

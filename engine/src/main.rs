@@ -2,9 +2,12 @@
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use dpufs_engine::data::fabric::FabricOptions;
 use dpufs_engine::server::{router, serve_tcp, serve_tls, serve_unix};
 use dpufs_engine::service::EngineServices;
 use dpufs_engine::{Engine, EngineConfig};
+use dpufs_fabric::session::RunningServer;
+use dpufs_fabric::soft::{DeviceOptions, SoftDevice};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,6 +44,17 @@ struct Args {
     /// DAOS system name.
     #[arg(long, default_value = dpufs_proto::daos::DEFAULT_SYSTEM)]
     system: String,
+    /// Serve DFS over the fabric, honouring capabilities signed by the node agent whose
+    /// public key (PEM) is in this file (repeatable). Without one, no data service runs.
+    #[arg(long = "agent-key", value_name = "PEM")]
+    agent_keys: Vec<PathBuf>,
+    /// Handshake address of the fabric data service (port 0 picks one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    fabric_listen: SocketAddr,
+    /// Name of this node's software fabric device (its directory: $DPUFS_FABRIC_DIR or
+    /// /dev/shm/dpufs-fabric).
+    #[arg(long, default_value = "dpufs-engine")]
+    fabric_device: String,
 }
 
 #[tokio::main]
@@ -89,20 +103,26 @@ async fn main() -> anyhow::Result<()> {
         let listener =
             tokio::net::UnixListener::bind(path).with_context(|| format!("binding {path}"))?;
         let engine = start(cfg, SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let data = start_data(&engine, &args)?;
         announce(&engine, &args.listen)?;
-        serve_unix(router(EngineServices::new(engine))?, listener, shutdown).await
+        let served = serve_unix(router(EngineServices::new(engine))?, listener, shutdown).await;
+        stop_data(data);
+        served
     } else {
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await
             .with_context(|| format!("binding {}", args.listen))?;
         let local = listener.local_addr()?;
         let engine = start(cfg, local).await?;
+        let data = start_data(&engine, &args)?;
         announce(&engine, &local.to_string())?;
         let router = router(EngineServices::new(engine))?;
-        match acceptor {
+        let served = match acceptor {
             Some(acceptor) => serve_tls(router, listener, acceptor, shutdown).await,
             None => serve_tcp(router, listener, shutdown).await,
-        }
+        };
+        stop_data(data);
+        served
     }
 }
 
@@ -112,6 +132,36 @@ async fn start(cfg: EngineConfig, advertise: SocketAddr) -> anyhow::Result<Arc<E
         .await
         .with_context(|| format!("starting the engine on {data_dir}"))?;
     Ok(Arc::new(engine))
+}
+
+/// Starts the fabric data service when agent keys are given, and records its address in
+/// `fabric.addr` beside `engine.addr`.
+fn start_data(
+    engine: &Arc<Engine>,
+    args: &Args,
+) -> anyhow::Result<Option<RunningServer<SoftDevice>>> {
+    if args.agent_keys.is_empty() {
+        return Ok(None);
+    }
+    let opts = FabricOptions {
+        listen: args.fabric_listen,
+        device: DeviceOptions::new(args.fabric_device.clone()),
+        agent_keys: args.agent_keys.clone(),
+    };
+    let server = dpufs_engine::data::fabric::serve(engine.clone(), &opts)
+        .context("starting the fabric data service")?;
+    let addr = server.server().local_addr();
+    std::fs::write(engine.cfg.data_dir.join("fabric.addr"), addr.to_string())?;
+    println!("dpufs-engine data service on fabric {addr}");
+    Ok(Some(server))
+}
+
+fn stop_data(data: Option<RunningServer<SoftDevice>>) {
+    if let Some(server) = data
+        && let Err(e) = server.shutdown()
+    {
+        tracing::warn!("stopping the fabric data service: {e}");
+    }
 }
 
 /// Prints the one line scripts and tests wait for, and records the address.

@@ -15,6 +15,7 @@ use std::fmt;
 
 pub mod conformance;
 mod engine;
+pub mod fabric;
 mod local;
 mod transport;
 

@@ -11,6 +11,7 @@
 
 mod budget;
 mod convert;
+pub mod fabric;
 mod lifecycle;
 mod ops;
 mod volumes;

@@ -142,7 +142,10 @@ pub fn run(
             let len = io_len(r.len, bulk)?;
             let n = with_buffer(len, |buf| -> DfsResult<usize> {
                 let n = ns.read(r.oid, r.offset, buf)?;
-                bulk.push(0, &buf[..n]).map_err(bulk_failed)?;
+                // Nothing to move (end of file, empty read): a zero-byte call has no lease.
+                if n > 0 {
+                    bulk.push(0, &buf[..n]).map_err(bulk_failed)?;
+                }
                 Ok(n)
             })?;
             Res::Bytes(n as u32)
@@ -150,7 +153,9 @@ pub fn run(
         Op::Write(w) => {
             let len = io_len(w.len, bulk)?;
             with_buffer(len, |buf| -> DfsResult<()> {
-                bulk.pull(0, buf).map_err(bulk_failed)?;
+                if !buf.is_empty() {
+                    bulk.pull(0, buf).map_err(bulk_failed)?;
+                }
                 ns.write(w.oid, w.offset, buf)
             })?;
             Res::Bytes(len as u32)

@@ -480,6 +480,13 @@ impl QpShared {
     /// peer not told yet (a responder sends its NAK in between, so the cause recorded is the
     /// access error, not the peer's reaction to the NAK). False if the QP already was in ERROR.
     pub fn fail_queues(&self, cause: Cause) -> bool {
+        self.fail_queues_with(cause, || {})
+    }
+
+    /// [`QpShared::fail_queues`] running `tell_peer` once the QP is closed to new work but
+    /// before its state, completions or event are visible (and before it can be destroyed,
+    /// which needs the send-queue lock held meanwhile).
+    pub fn fail_queues_with(&self, cause: Cause, tell_peer: impl FnOnce()) -> bool {
         let mut flushed = 0u64;
         {
             // The state changes under the send-queue lock, together with `closed`: a request
@@ -490,6 +497,7 @@ impl QpShared {
                 return false;
             }
             sq.closed = true;
+            tell_peer();
             self.set_state(QpState::Error);
             let mut head = true;
             while let Some(e) = sq.entries.pop_front() {

@@ -1,0 +1,205 @@
+//! The server's side of the connection handshake (steps in [`super::handshake`]): everything a
+//! worker says is checked — protocol version, capability signature, key and expiry, tenant
+//! quarantine, connection limits — *before* a QP or a buffer is created for it.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
+
+use super::bounce::BounceReleaser;
+use super::capability::{Capability, SignedCapability, unix_now};
+use super::error::SessionError;
+use super::lock;
+use super::server_conn::{Death, ServerConn, ServerShared};
+use super::stats::bump;
+use super::wire::{Answer, CONTROL_SLOT, Hello, PROTOCOL_VERSION, READY};
+use super::worker::MAX_PUSHES;
+use crate::provider::{QueuePair, RdmaDevice};
+use crate::verbs::{Access, QpCaps, QpTransition};
+
+pub(crate) fn refuse<D: RdmaDevice>(
+    shared: &ServerShared<D>,
+    stream: &mut TcpStream,
+    reason: &str,
+) -> std::io::Result<()> {
+    bump(&shared.counters.refused_handshakes);
+    let peer = stream.peer_addr().ok();
+    tracing::warn!(?peer, reason, "refused a session handshake");
+    Answer::Refuse {
+        reason: reason.into(),
+    }
+    .write(stream)
+}
+
+/// Checks a hello before anything is created for it.
+fn admit<D: RdmaDevice>(shared: &ServerShared<D>, hello: &Hello) -> Result<Capability, String> {
+    if hello.version != PROTOCOL_VERSION {
+        return Err(format!(
+            "session protocol version {} is not supported (this server speaks {PROTOCOL_VERSION})",
+            hello.version
+        ));
+    }
+    let cap = SignedCapability::from_bytes(&hello.capability).map_err(|e| e.to_string())?;
+    let claims = shared
+        .trusted
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .verify(&cap, unix_now(), shared.config.clock_skew)
+        .map_err(|e| e.to_string())?;
+    let key = (claims.tenant.clone(), claims.volume.clone());
+    let now = shared.config.clock.now();
+    if let Some((left, errors)) = lock(&shared.quarantine)
+        .get(&key)
+        .and_then(|q| q.active(now))
+    {
+        return Err(format!(
+            "tenant {:?} volume {:?} is quarantined after {errors} RDMA access errors; retry in {left:?}",
+            claims.tenant, claims.volume
+        ));
+    }
+    if shared.shutdown.load(Ordering::Acquire) {
+        return Err("the server is shutting down".into());
+    }
+    let conns = shared.conns.read().unwrap_or_else(PoisonError::into_inner);
+    if conns.len() >= shared.config.max_connections {
+        return Err(format!(
+            "the server has its maximum of {} connections",
+            shared.config.max_connections
+        ));
+    }
+    let mine = conns
+        .values()
+        .filter(|c| c.claims.tenant == claims.tenant)
+        .count();
+    if mine >= shared.config.max_connections_per_tenant {
+        return Err(format!(
+            "tenant {:?} has its maximum of {} connections",
+            claims.tenant, shared.config.max_connections_per_tenant
+        ));
+    }
+    if hello.depth == 0 || hello.max_bulk == 0 {
+        return Err("depth and bulk size must be positive".into());
+    }
+    Ok(claims)
+}
+
+/// Creates the connection's QP (RTR, receives posted) and buffers.
+fn setup<D: RdmaDevice>(
+    shared: &ServerShared<D>,
+    hello: &Hello,
+    claims: Capability,
+    peer: SocketAddr,
+) -> Result<ServerConn<D>, SessionError> {
+    let depth = hello.depth.min(shared.config.max_depth);
+    let max_bulk = (hello.max_bulk as usize).min(shared.config.max_bulk);
+    let control = shared.device.reg_mr(
+        &shared.pd,
+        2 * usize::from(depth) * CONTROL_SLOT,
+        Access::LOCAL_WRITE,
+    )?;
+    let qp = shared.device.create_qp(
+        &shared.pd,
+        &shared.cq,
+        &shared.cq,
+        QpCaps {
+            max_send_wr: u32::from(depth) * (MAX_PUSHES + 2) + 16,
+            max_recv_wr: u32::from(depth),
+        },
+    )?;
+    // The server's QP serves no RDMA at all.
+    qp.modify(QpTransition::Init {
+        access: Access::NONE,
+    })?;
+    let id = shared.next_conn.fetch_add(1, Ordering::AcqRel) & 0xff_ffff;
+    let conn = ServerConn {
+        qp,
+        control,
+        id,
+        depth,
+        max_bulk,
+        claims,
+        peer,
+        last_id: AtomicU64::new(0),
+        last_rkey: AtomicU32::new(0),
+        dead: AtomicBool::new(false),
+        outstanding: AtomicU32::new(0),
+        releaser: BounceReleaser {
+            states: shared.bounce_state.clone(),
+            conn: id,
+        },
+    };
+    for i in 0..depth {
+        conn.post_recv(i)?;
+    }
+    QueuePair::<D>::modify(
+        &conn.qp,
+        QpTransition::Rtr {
+            remote: hello.endpoint.clone(),
+        },
+    )?;
+    Ok(conn)
+}
+
+/// Serves one handshake (see [`super::handshake`] for the steps).
+pub(crate) fn accept<D: RdmaDevice>(shared: &Arc<ServerShared<D>>, mut stream: TcpStream) {
+    let limit = Some(shared.config.handshake_timeout);
+    let peer = match stream.peer_addr() {
+        Ok(peer) => peer,
+        Err(_) => return,
+    };
+    if stream.set_read_timeout(limit).is_err()
+        || stream.set_write_timeout(limit).is_err()
+        || stream.set_nodelay(true).is_err()
+    {
+        return;
+    }
+    let hello = match Hello::read(&mut stream) {
+        Ok(hello) => hello,
+        Err(e) => {
+            // Also the shutdown wake-up connection.
+            tracing::debug!(%peer, error = %e, "unreadable session hello");
+            return;
+        }
+    };
+    let claims = match admit(shared, &hello) {
+        Ok(claims) => claims,
+        Err(reason) => {
+            let _ = refuse(shared, &mut stream, &reason);
+            return;
+        }
+    };
+    let conn = match setup(shared, &hello, claims, peer) {
+        Ok(conn) => conn,
+        Err(e) => {
+            let reason = format!("the server could not set up a QP: {e}");
+            let _ = refuse(shared, &mut stream, &reason);
+            return;
+        }
+    };
+    let answer = Answer::Accept {
+        depth: conn.depth,
+        max_bulk: conn.max_bulk as u32,
+        endpoint: conn.qp.endpoint(),
+    };
+    let mut ready = [0u8];
+    if answer.write(&mut stream).is_err()
+        || stream.read_exact(&mut ready).is_err()
+        || ready[0] != READY
+        || conn.qp.modify(QpTransition::Rts).is_err()
+        || shared.shutdown.load(Ordering::Acquire)
+    {
+        return;
+    }
+    let conn = Arc::new(conn);
+    shared
+        .conns
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(conn.id, conn.clone());
+    bump(&shared.counters.connections);
+    if stream.write_all(&[READY]).is_err() {
+        shared.conn_failed(&conn, Death::Protocol("handshake not confirmed"));
+        shared.remove_if_done(&conn);
+    }
+}

@@ -1,0 +1,322 @@
+//! The node agent's signing keys and the servers' trust in them (Ed25519 through OpenSSL).
+//! Signing and checking follow the format in [`super::capability`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use openssl::pkey::{Id, PKey, Private, Public};
+use openssl::sign::{Signer, Verifier};
+
+use super::capability::{Capability, CapabilityError, SignedCapability};
+
+const SIGNING_CONTEXT: &[u8] = b"dpufs-capability-v1\0";
+
+fn crypto(e: openssl::error::ErrorStack) -> CapabilityError {
+    CapabilityError::Crypto(e.to_string())
+}
+
+fn signed_message(key_id: &str, claims: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(SIGNING_CONTEXT.len() + 2 + key_id.len() + claims.len());
+    m.extend_from_slice(SIGNING_CONTEXT);
+    m.extend_from_slice(&(key_id.len() as u16).to_le_bytes());
+    m.extend_from_slice(key_id.as_bytes());
+    m.extend_from_slice(claims);
+    m
+}
+
+fn key_id_of(raw: &[u8]) -> String {
+    openssl::sha::sha256(raw)[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The node agent's signing key (Ed25519).
+pub struct AgentKey {
+    key: PKey<Private>,
+    id: String,
+}
+
+impl fmt::Debug for AgentKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentKey")
+            .field("key_id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentKey {
+    /// A new random key.
+    pub fn generate() -> Result<AgentKey, CapabilityError> {
+        AgentKey::from_pkey(PKey::generate_ed25519().map_err(crypto)?)
+    }
+
+    fn from_pkey(key: PKey<Private>) -> Result<AgentKey, CapabilityError> {
+        if key.id() != Id::ED25519 {
+            return Err(CapabilityError::Crypto("agent key is not Ed25519".into()));
+        }
+        let id = key_id_of(&key.raw_public_key().map_err(crypto)?);
+        Ok(AgentKey { key, id })
+    }
+
+    /// From a PKCS#8 PEM private key.
+    pub fn from_pem(pem: &[u8]) -> Result<AgentKey, CapabilityError> {
+        AgentKey::from_pkey(PKey::private_key_from_pem(pem).map_err(crypto)?)
+    }
+
+    /// PKCS#8 PEM of the private key.
+    pub fn to_pem(&self) -> Result<Vec<u8>, CapabilityError> {
+        self.key.private_key_to_pem_pkcs8().map_err(crypto)
+    }
+
+    /// Loads the key at `path`, or generates one and writes it there (mode 0600).
+    pub fn load_or_generate(path: &Path) -> Result<AgentKey, CapabilityError> {
+        let io = |op: &str, e: std::io::Error| {
+            CapabilityError::Io(format!("{op} {}: {e}", path.display()))
+        };
+        match std::fs::read(path) {
+            Ok(pem) => AgentKey::from_pem(&pem),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                let key = AgentKey::generate()?;
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(path)
+                    .map_err(|e| io("create", e))?;
+                f.write_all(&key.to_pem()?).map_err(|e| io("write", e))?;
+                Ok(key)
+            }
+            Err(e) => Err(io("read", e)),
+        }
+    }
+
+    /// Key id (hex of 8 bytes of SHA-256 of the public key).
+    pub fn key_id(&self) -> &str {
+        &self.id
+    }
+
+    /// The public half, for the servers' [`TrustedAgents`].
+    pub fn public_key(&self) -> Result<AgentPublicKey, CapabilityError> {
+        AgentPublicKey::from_raw(&self.key.raw_public_key().map_err(crypto)?)
+    }
+
+    /// Signs `claims`.
+    pub fn sign(&self, claims: &Capability) -> Result<SignedCapability, CapabilityError> {
+        let encoded = claims.encode()?;
+        let mut signer = Signer::new_without_digest(&self.key).map_err(crypto)?;
+        let signature = signer
+            .sign_oneshot_to_vec(&signed_message(&self.id, &encoded))
+            .map_err(crypto)?;
+        Ok(SignedCapability::from_parts(
+            self.id.clone(),
+            encoded,
+            signature,
+        ))
+    }
+}
+
+/// A node agent's public key.
+#[derive(Clone)]
+pub struct AgentPublicKey {
+    key: PKey<Public>,
+    id: String,
+}
+
+impl fmt::Debug for AgentPublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentPublicKey")
+            .field("key_id", &self.id)
+            .finish()
+    }
+}
+
+impl AgentPublicKey {
+    /// From the 32 raw bytes of an Ed25519 public key.
+    pub fn from_raw(raw: &[u8]) -> Result<AgentPublicKey, CapabilityError> {
+        let key = PKey::public_key_from_raw_bytes(raw, Id::ED25519).map_err(crypto)?;
+        Ok(AgentPublicKey {
+            key,
+            id: key_id_of(raw),
+        })
+    }
+
+    /// From a PEM (SubjectPublicKeyInfo) public key.
+    pub fn from_pem(pem: &[u8]) -> Result<AgentPublicKey, CapabilityError> {
+        let key = PKey::public_key_from_pem(pem).map_err(crypto)?;
+        if key.id() != Id::ED25519 {
+            return Err(CapabilityError::Crypto("agent key is not Ed25519".into()));
+        }
+        AgentPublicKey::from_raw(&key.raw_public_key().map_err(crypto)?)
+    }
+
+    /// PEM (SubjectPublicKeyInfo).
+    pub fn to_pem(&self) -> Result<Vec<u8>, CapabilityError> {
+        self.key.public_key_to_pem().map_err(crypto)
+    }
+
+    /// Key id.
+    pub fn key_id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// The agent keys a server accepts capabilities from, by key id.
+#[derive(Clone, Debug, Default)]
+pub struct TrustedAgents {
+    keys: HashMap<String, AgentPublicKey>,
+}
+
+impl TrustedAgents {
+    /// Trusts nobody yet.
+    pub fn new() -> TrustedAgents {
+        TrustedAgents::default()
+    }
+
+    /// Trusts `key`.
+    pub fn add(&mut self, key: AgentPublicKey) {
+        self.keys.insert(key.id.clone(), key);
+    }
+
+    /// Stops trusting key `key_id`; true if it was trusted.
+    pub fn remove(&mut self, key_id: &str) -> bool {
+        self.keys.remove(key_id).is_some()
+    }
+
+    /// Checks key id, signature and expiry (against `now`, unix seconds, allowing `skew`), in
+    /// that order, and returns the claims.
+    pub fn verify(
+        &self,
+        cap: &SignedCapability,
+        now: u64,
+        skew: Duration,
+    ) -> Result<Capability, CapabilityError> {
+        let key_id = cap.key_id();
+        let key = self
+            .keys
+            .get(key_id)
+            .ok_or_else(|| CapabilityError::UnknownKey {
+                key_id: key_id.to_owned(),
+            })?;
+        let mut verifier = Verifier::new_without_digest(&key.key).map_err(crypto)?;
+        let ok = verifier
+            .verify_oneshot(cap.signature(), &signed_message(key_id, cap.claims_bytes()))
+            .unwrap_or(false);
+        if !ok {
+            return Err(CapabilityError::BadSignature {
+                key_id: key_id.to_owned(),
+            });
+        }
+        let claims = Capability::decode(cap.claims_bytes())?;
+        let skew_secs = skew.as_secs();
+        if now > claims.not_after.saturating_add(skew_secs) {
+            return Err(CapabilityError::Expired {
+                not_after: claims.not_after,
+                now,
+                skew_secs,
+            });
+        }
+        Ok(claims)
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::Rights;
+
+    fn claims(not_after: u64) -> Capability {
+        Capability {
+            tenant: "acme".into(),
+            volume: "pvc-1".into(),
+            pool: "p".into(),
+            container: "c".into(),
+            rights: Rights::READ_ONLY,
+            not_after,
+            nonce: [7; 16],
+        }
+    }
+
+    fn trusting(key: &AgentKey) -> TrustedAgents {
+        let mut t = TrustedAgents::new();
+        t.add(key.public_key().unwrap());
+        t
+    }
+
+    #[test]
+    fn sign_verify_and_wire_round_trip() {
+        let key = AgentKey::generate().unwrap();
+        let signed = key.sign(&claims(1_000)).unwrap();
+        let back = SignedCapability::from_hex(&signed.to_hex()).unwrap();
+        assert_eq!(back, signed);
+        let got = trusting(&key).verify(&back, 999, Duration::ZERO).unwrap();
+        assert_eq!(got, claims(1_000));
+    }
+
+    #[test]
+    fn altered_claims_or_foreign_keys_are_refused() {
+        let key = AgentKey::generate().unwrap();
+        let signed = key.sign(&claims(1_000)).unwrap();
+        let mut widened = claims(1_000);
+        widened.rights = Rights::READ_WRITE;
+        let forged = SignedCapability::from_parts(
+            signed.key_id().into(),
+            widened.encode().unwrap(),
+            signed.signature().to_vec(),
+        );
+        let trusted = trusting(&key);
+        assert!(matches!(
+            trusted.verify(&forged, 0, Duration::ZERO),
+            Err(CapabilityError::BadSignature { .. })
+        ));
+        let other = AgentKey::generate().unwrap();
+        let foreign = other.sign(&claims(1_000)).unwrap();
+        assert!(matches!(
+            trusted.verify(&foreign, 0, Duration::ZERO),
+            Err(CapabilityError::UnknownKey { .. })
+        ));
+        // A signature moved under another trusted key id does not verify either.
+        let mut both = trusted.clone();
+        both.add(other.public_key().unwrap());
+        let moved = SignedCapability::from_parts(
+            other.key_id().into(),
+            signed.claims_bytes().to_vec(),
+            signed.signature().to_vec(),
+        );
+        assert!(matches!(
+            both.verify(&moved, 0, Duration::ZERO),
+            Err(CapabilityError::BadSignature { .. })
+        ));
+    }
+
+    #[test]
+    fn expiry_allows_only_the_skew() {
+        let key = AgentKey::generate().unwrap();
+        let signed = key.sign(&claims(1_000)).unwrap();
+        let t = trusting(&key);
+        assert!(t.verify(&signed, 1_000, Duration::ZERO).is_ok());
+        assert!(t.verify(&signed, 1_030, Duration::from_secs(30)).is_ok());
+        let err = t
+            .verify(&signed, 1_031, Duration::from_secs(30))
+            .unwrap_err();
+        assert!(matches!(err, CapabilityError::Expired { .. }));
+        assert!(err.to_string().contains("expired"), "{err}");
+    }
+
+    #[test]
+    fn keys_round_trip_through_pem() {
+        let key = AgentKey::generate().unwrap();
+        let again = AgentKey::from_pem(&key.to_pem().unwrap()).unwrap();
+        assert_eq!(again.key_id(), key.key_id());
+        let public = AgentPublicKey::from_pem(&key.public_key().unwrap().to_pem().unwrap());
+        assert_eq!(public.unwrap().key_id(), key.key_id());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.pem");
+        let first = AgentKey::load_or_generate(&path).unwrap();
+        let second = AgentKey::load_or_generate(&path).unwrap();
+        assert_eq!(first.key_id(), second.key_id());
+    }
+}

@@ -1,0 +1,410 @@
+//! Tenant sessions doing their job: calls with and without bulk data in both directions, many
+//! threads on one connection, both invalidation modes, caps, refusals, reconnects. Server and
+//! worker run in this process, each on its own context of its own node's software device.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dpufs_fabric::session::testing::KvStore;
+use dpufs_fabric::session::{
+    AgentKey, Bulk, Capability, Forgery, Invalidation, LeaseClaim, LeaseEventKind, LeaseRight,
+    Limits, MAX_CONTROL_MESSAGE, Rights, RunningServer, ServerConfig, SessionConfig, SessionError,
+    SessionServer, SignedCapability, TenantSession, TrustedAgents,
+};
+use dpufs_fabric::soft::{DeviceOptions, SoftDevice};
+
+fn device_dir() -> tempfile::TempDir {
+    let builder = tempfile::Builder::new()
+        .prefix("dpufs-session-test")
+        .to_owned();
+    if std::path::Path::new("/dev/shm").is_dir() {
+        builder.tempdir_in("/dev/shm")
+    } else {
+        builder.tempdir()
+    }
+    .expect("temp device dir")
+}
+
+struct Bed {
+    dir: tempfile::TempDir,
+    agent: AgentKey,
+    store: Arc<KvStore>,
+    server: RunningServer<SoftDevice>,
+}
+
+/// Another server on node 2 of `bed`'s directory, trusting the same agent.
+fn second_server(bed: &Bed) -> RunningServer<SoftDevice> {
+    let mut trusted = TrustedAgents::new();
+    trusted.add(bed.agent.public_key().unwrap());
+    let dev = SoftDevice::open(&DeviceOptions::new("node2").in_dir(bed.dir.path())).unwrap();
+    SessionServer::bind(
+        dev,
+        "127.0.0.1:0".parse().unwrap(),
+        trusted,
+        bed.store.handler(),
+        ServerConfig::default(),
+    )
+    .unwrap()
+    .spawn()
+    .unwrap()
+}
+
+impl Bed {
+    fn new(config: ServerConfig) -> Bed {
+        let dir = device_dir();
+        let agent = AgentKey::generate().unwrap();
+        let mut trusted = TrustedAgents::new();
+        trusted.add(agent.public_key().unwrap());
+        let store = KvStore::new();
+        let dev = SoftDevice::open(&DeviceOptions::new("node2").in_dir(dir.path())).unwrap();
+        let server = SessionServer::bind(
+            dev,
+            "127.0.0.1:0".parse().unwrap(),
+            trusted,
+            store.handler(),
+            config,
+        )
+        .unwrap()
+        .spawn()
+        .unwrap();
+        Bed {
+            dir,
+            agent,
+            store,
+            server,
+        }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.server.server().local_addr()
+    }
+
+    fn cap(&self, tenant: &str, rights: Rights) -> SignedCapability {
+        let claims = Capability::new(
+            tenant,
+            "vol",
+            "pool",
+            "cont",
+            rights,
+            Duration::from_secs(600),
+        );
+        self.agent.sign(&claims).unwrap()
+    }
+
+    fn session(&self, config: SessionConfig) -> TenantSession<SoftDevice> {
+        let dev = SoftDevice::open(&DeviceOptions::new("node1").in_dir(self.dir.path())).unwrap();
+        TenantSession::open(dev, config).unwrap()
+    }
+}
+
+fn small() -> SessionConfig {
+    SessionConfig {
+        slot_size: 1 << 20,
+        read_slots: 4,
+        write_slots: 4,
+        depth: 8,
+        max_connections: 2,
+        ..SessionConfig::default()
+    }
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| seed.wrapping_add((i % 251) as u8))
+        .collect()
+}
+
+fn round_trip(invalidation: Invalidation) {
+    let bed = Bed::new(ServerConfig::default());
+    let session = bed.session(SessionConfig {
+        invalidation,
+        ..small()
+    });
+    let conn = session
+        .connect(bed.addr(), bed.cap("acme", Rights::READ_WRITE))
+        .unwrap();
+    for len in [1, 4096, 1 << 20] {
+        let data = pattern(len as u8, len);
+        let r = conn
+            .call(&KvStore::put("k"), Bulk::ToServer(&data))
+            .unwrap();
+        assert_eq!(r.message, b"ok");
+        let mut back = vec![0; 1 << 20];
+        let r = conn
+            .call(&KvStore::get("k"), Bulk::FromServer(&mut back))
+            .unwrap();
+        assert_eq!((r.message.as_slice(), r.bulk_len), (&b"ok"[..], len));
+        assert_eq!(&back[..len], &data[..]);
+    }
+    let r = conn.call(&KvStore::get("missing"), Bulk::None).unwrap();
+    assert_eq!(r.message, b"none");
+    let stats = session.stats();
+    assert_eq!(stats.binds, 6);
+    let (remote, local) = match invalidation {
+        Invalidation::WithReply => (6, 0),
+        Invalidation::Local => (0, 6),
+    };
+    assert_eq!(
+        (stats.remote_invalidations, stats.local_invalidations),
+        (remote, local)
+    );
+    assert_eq!(stats.access_errors + stats.timeouts + stats.failed_calls, 0);
+    // The ring buffer shows each bind followed by its invalidation, with rotating key bytes.
+    let events = session.recent_leases();
+    assert_eq!(events.len(), 12);
+    assert!(events.chunks(2).all(|p| p[0].kind == LeaseEventKind::Bind
+        && p[1].kind != LeaseEventKind::Bind
+        && p[0].rkey == p[1].rkey));
+}
+
+#[test]
+fn round_trips_with_invalidation_by_the_reply() {
+    round_trip(Invalidation::WithReply);
+}
+
+#[test]
+fn round_trips_with_local_invalidation() {
+    round_trip(Invalidation::Local);
+}
+
+#[test]
+fn many_threads_pipeline_calls_on_one_connection() {
+    let bed = Bed::new(ServerConfig::default());
+    let session = bed.session(small());
+    let conn = session
+        .connect(bed.addr(), bed.cap("acme", Rights::READ_WRITE))
+        .unwrap();
+    let threads = 8;
+    let rounds = 40;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let conn = conn.clone();
+            s.spawn(move || {
+                let key = format!("key-{t}");
+                let mut back = vec![0; 64 << 10];
+                for round in 0..rounds {
+                    let len = if round % 2 == 0 { 4096 } else { 64 << 10 };
+                    let data = pattern((t * 31 + round) as u8, len);
+                    let r = conn
+                        .call(&KvStore::put(&key), Bulk::ToServer(&data))
+                        .unwrap();
+                    assert_eq!(r.message, b"ok");
+                    let r = conn
+                        .call(&KvStore::get(&key), Bulk::FromServer(&mut back))
+                        .unwrap();
+                    assert_eq!(r.bulk_len, len);
+                    assert_eq!(&back[..len], &data[..], "thread {t} round {round}");
+                }
+            });
+        }
+    });
+    let stats = session.stats();
+    assert_eq!(stats.calls, (threads * rounds * 2) as u64);
+    assert_eq!(stats.failed_calls, 0);
+    assert_eq!(bed.server.server().stats().requests, stats.calls);
+}
+
+#[test]
+fn caps_refuse_what_exceeds_the_tenant_limits() {
+    let bed = Bed::new(ServerConfig::default());
+    let dev = || SoftDevice::open(&DeviceOptions::new("node1").in_dir(bed.dir.path())).unwrap();
+    let limited = |limits: Limits| SessionConfig { limits, ..small() };
+    let err = TenantSession::open(
+        dev(),
+        limited(Limits {
+            max_registered_bytes: 1 << 20,
+            ..Limits::default()
+        }),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SessionError::LimitExceeded {
+                resource: "registered_bytes",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = TenantSession::open(
+        dev(),
+        limited(Limits {
+            max_mrs: 2,
+            ..Limits::default()
+        }),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SessionError::LimitExceeded {
+                resource: "mrs",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // Windows: one connection takes `depth` of them.
+    let other = second_server(&bed);
+    let session = TenantSession::open(
+        dev(),
+        SessionConfig {
+            connect_timeout: Duration::from_millis(200),
+            ..limited(Limits {
+                max_windows: 8,
+                ..Limits::default()
+            })
+        },
+    )
+    .unwrap();
+    let cap = bed.cap("acme", Rights::READ_WRITE);
+    let _held = session.connect(bed.addr(), cap.clone()).unwrap();
+    let err = session
+        .connect(other.server().local_addr(), cap.clone())
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SessionError::LimitExceeded {
+                resource: "windows",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("raise the limit"), "{err}");
+    // QPs: one connection's control buffers are registered.
+    let session = TenantSession::open(
+        dev(),
+        SessionConfig {
+            max_connections: 1,
+            connect_timeout: Duration::from_millis(200),
+            ..small()
+        },
+    )
+    .unwrap();
+    let _first = session.connect(bed.addr(), cap.clone()).unwrap();
+    let err = session
+        .connect(other.server().local_addr(), cap)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SessionError::LimitExceeded {
+                resource: "qps",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn oversized_messages_and_missing_rights_are_refused_without_rma() {
+    let bed = Bed::new(ServerConfig {
+        max_bulk: 64 << 10,
+        ..ServerConfig::default()
+    });
+    let session = bed.session(small());
+    let conn = session
+        .connect(bed.addr(), bed.cap("reader", Rights::READ_ONLY))
+        .unwrap();
+    let big = vec![0u8; MAX_CONTROL_MESSAGE + 1];
+    let err = conn.call(&big, Bulk::None).unwrap_err();
+    assert!(matches!(err, SessionError::MessageTooLarge { .. }), "{err}");
+    // The server offered 64 KiB bulk transfers: the connection keeps to that.
+    let data = vec![1u8; (64 << 10) + 1];
+    let err = conn
+        .call(&KvStore::put("k"), Bulk::ToServer(&data))
+        .unwrap_err();
+    assert!(
+        matches!(err, SessionError::BulkTooLarge { max: 65536, .. }),
+        "{err}"
+    );
+    // A read-only capability cannot write.
+    let err = conn
+        .call(&KvStore::put("k"), Bulk::ToServer(&data[..10]))
+        .unwrap_err();
+    match &err {
+        SessionError::RequestRefused { reason } => assert!(reason.contains("no write"), "{reason}"),
+        other => panic!("expected a refusal, got {other}"),
+    }
+    assert_eq!(bed.store.handled("reader"), 0, "refused before the handler");
+    // The window was invalidated by the worker itself (the refusal carries no invalidation)
+    // and the connection is fine.
+    assert_eq!(session.stats().local_invalidations, 1);
+    assert_eq!(
+        conn.call(&KvStore::get("k"), Bulk::None).unwrap().message,
+        b"none"
+    );
+    assert_eq!(session.stats().reconnects, 0);
+}
+
+#[test]
+fn a_dead_qp_is_replaced_by_the_next_call() {
+    let bed = Bed::new(ServerConfig::default());
+    let session = bed.session(small());
+    let conn = session
+        .connect(bed.addr(), bed.cap("acme", Rights::READ_WRITE))
+        .unwrap();
+    let first_qp = conn.qp_num().unwrap();
+    // A request naming a key that is no window of ours: the server's WRITE is refused by our
+    // NIC checks and our QP dies.
+    let bogus = Forgery {
+        request_id: None,
+        lease: Some(LeaseClaim {
+            rkey: 0xffff_ff00,
+            addr: 0,
+            len: 16,
+            right: LeaseRight::RemoteWrite,
+        }),
+    };
+    let data = vec![7u8; 16];
+    conn.call(&KvStore::put("k"), Bulk::ToServer(&data))
+        .unwrap();
+    let err = conn
+        .call_forged(
+            &KvStore::get("k"),
+            Bulk::None,
+            bogus,
+            Duration::from_secs(10),
+        )
+        .unwrap_err();
+    assert!(matches!(err, SessionError::AccessError { .. }), "{err}");
+    assert!(!conn.is_connected());
+    let mut back = vec![0; 16];
+    let r = conn
+        .call(&KvStore::get("k"), Bulk::FromServer(&mut back))
+        .unwrap();
+    assert_eq!((r.bulk_len, back), (16, data));
+    assert_ne!(conn.qp_num(), Some(first_qp));
+    let stats = session.stats();
+    assert_eq!((stats.access_errors, stats.reconnects), (1, 1));
+    assert_eq!(bed.server.server().stats().access_errors, 1);
+}
+
+#[test]
+fn server_shutdown_fails_calls_cleanly() {
+    let bed = Bed::new(ServerConfig::default());
+    let session = bed.session(SessionConfig {
+        connect_timeout: Duration::from_millis(500),
+        ..small()
+    });
+    let conn = session
+        .connect(bed.addr(), bed.cap("acme", Rights::READ_WRITE))
+        .unwrap();
+    conn.call(&KvStore::get("k"), Bulk::None).unwrap();
+    let Bed { server, .. } = bed;
+    server.shutdown().unwrap();
+    // The QP is gone (the call fails) or found dead first (the reconnect is refused).
+    for _ in 0..2 {
+        let err = conn.call(&KvStore::get("k"), Bulk::None).unwrap_err();
+        assert!(
+            err.is_connection_failure() || matches!(err, SessionError::Io { .. }),
+            "{err}"
+        );
+    }
+    assert!(!conn.is_connected());
+}
