@@ -1,0 +1,179 @@
+//! `dpufs-csi`: the CSI driver's processes. Today: `dpufs-csi worker`, the volume worker.
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use dpufs_csi::worker::backend::{BackendSpec, open_backend};
+use dpufs_csi::worker::fs::{AccessMode, FsConfig};
+use dpufs_csi::worker::privilege::Limits;
+use dpufs_csi::worker::{FuseSource, Worker, WorkerConfig};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(name = "dpufs-csi", version, about = "dpufs CSI driver processes")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Serve one volume through FUSE (one worker per tenant volume and node).
+    Worker(WorkerArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("fuse").required(true).multiple(true).args(["mountpoint", "fuse_fd"]))]
+struct WorkerArgs {
+    /// The DFS to serve: `local:<dir>` (a local directory).
+    #[arg(long)]
+    backend: BackendSpec,
+    /// Mount here (as root). With --fuse-fd: where that connection is mounted (for the
+    /// readahead setting and reports only; never accessed).
+    #[arg(long)]
+    mountpoint: Option<PathBuf>,
+    /// Serve this inherited, already mounted /dev/fuse descriptor instead of mounting.
+    #[arg(long)]
+    fuse_fd: Option<i32>,
+    /// Control socket (control.sock) and state files.
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// Reader threads, each on its own cloned /dev/fuse descriptor.
+    #[arg(long, default_value_t = default_threads())]
+    threads: usize,
+    /// Drop to this uid after setup (needs --fuse-fd).
+    #[arg(long, requires = "gid")]
+    uid: Option<u32>,
+    /// Drop to this gid after setup (needs --fuse-fd).
+    #[arg(long, requires = "uid")]
+    gid: Option<u32>,
+    /// RLIMIT_NOFILE to run with (default: the hard limit).
+    #[arg(long)]
+    max_open_files: Option<u64>,
+    /// RLIMIT_NPROC to run with (per uid: use with a per-tenant --uid).
+    #[arg(long)]
+    max_procs: Option<u64>,
+    /// Who writes the volume: multi-writer (RWX), single-writer (RWO) or read-only (ROX).
+    #[arg(long, default_value = "multi-writer")]
+    access: AccessMode,
+    /// Seconds the kernel may cache attributes.
+    #[arg(long, default_value_t = 1.0)]
+    attr_ttl: f64,
+    /// Seconds the kernel may cache name lookups.
+    #[arg(long, default_value_t = 1.0)]
+    entry_ttl: f64,
+    /// Seconds the kernel may cache "no such file" (0: never).
+    #[arg(long, default_value_t = 0.0)]
+    negative_ttl: f64,
+    /// Page cache for file data: on, or off (every read and write reaches the worker).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    data_cache: String,
+    /// Kernel writeback cache (needs --access single-writer); write errors then surface at
+    /// fsync/close.
+    #[arg(long)]
+    writeback_cache: bool,
+    /// Readahead of the mount in KiB (0: kernel default, 128).
+    #[arg(long, default_value_t = 1024)]
+    read_ahead_kb: u32,
+    /// Mount source name (in /proc/mounts).
+    #[arg(long, default_value = "dpufs")]
+    fsname: String,
+    /// Do not let other users into the mount (when mounting).
+    #[arg(long)]
+    no_allow_other: bool,
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(2, 8)
+}
+
+fn secs(v: f64, what: &str) -> Result<Duration> {
+    Duration::try_from_secs_f64(v).with_context(|| format!("--{what} {v}"))
+}
+
+/// Blocks the stop signals in this thread (and every thread it starts), so one thread can
+/// take them with sigwait.
+fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: plain signal-mask calls on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        // The control socket's clients may hang up early.
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        set
+    }
+}
+
+fn worker(a: WorkerArgs) -> Result<()> {
+    let fs = FsConfig {
+        attr_ttl: secs(a.attr_ttl, "attr-ttl")?,
+        entry_ttl: secs(a.entry_ttl, "entry-ttl")?,
+        negative_ttl: secs(a.negative_ttl, "negative-ttl")?,
+        data_cache: a.data_cache == "on",
+        access: a.access,
+        writeback_cache: a.writeback_cache,
+    };
+    let source = match (a.fuse_fd, a.mountpoint) {
+        (Some(fd), mountpoint) => FuseSource::Fd { fd, mountpoint },
+        (None, Some(mp)) => FuseSource::Mount(mp),
+        (None, None) => unreachable!("clap requires one"),
+    };
+    let cfg = WorkerConfig {
+        backend: a.backend.clone(),
+        source,
+        state_dir: a.state_dir,
+        threads: a.threads,
+        fs,
+        fsname: a.fsname,
+        allow_other: !a.no_allow_other,
+        read_ahead_kb: a.read_ahead_kb,
+        run_as: a.uid.zip(a.gid),
+        limits: Some(Limits {
+            nofile: a.max_open_files,
+            nproc: a.max_procs,
+        }),
+    };
+    let signals = block_stop_signals();
+    let backend = open_backend(&a.backend)?;
+    let w = Worker::start(cfg, backend)?;
+    let stop = w.stopper();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            loop {
+                let mut sig = 0;
+                // SAFETY: waits for one of the signals blocked above.
+                if unsafe { libc::sigwait(&signals, &mut sig) } == 0 {
+                    tracing::info!("signal {sig}: stopping");
+                    stop();
+                }
+            }
+        })?;
+    w.wait()
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Worker(a) => worker(a),
+    };
+    if let Err(e) = r {
+        eprintln!("dpufs-csi: {e:#}");
+        std::process::exit(1);
+    }
+}

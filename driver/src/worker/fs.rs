@@ -1,0 +1,1030 @@
+//! The volume's file system: fuse-backend-rs's [`FileSystem`] over a [`Dfs`].
+//!
+//! Transport-agnostic: the same [`DfsFs`] serves `/dev/fuse` (host mode) and, later, virtio-fs
+//! (DPU mode) through fuse-backend-rs's `Server`. Nothing here depends on state a successor
+//! process could not rebuild:
+//! - **inode = oid.** FUSE's root nodeid 1 is [`ROOT_OID`]; every other nodeid is the object
+//!   id the backend gave, which is stable and never reused while a kernel may hold it. The
+//!   generation is always 0.
+//! - **file handles are stateless**: every open answers fh 0, and every call names the object
+//!   by its nodeid, so a new worker serves a kernel's open files without knowing them.
+//! - **readdir offsets are the backend's cookies**, which stay valid across changes and
+//!   across worker restarts.
+//! - **lookup counts** are kept only when the backend asks for forgets (LocalDfs holds a
+//!   descriptor per object); a successor that starts with none just releases those objects
+//!   early, which costs that backend a new lookup, never data.
+//!
+//! Configuration (TTLs, data cache, writeback) comes from the command line, not from the INIT
+//! handshake, so a worker that takes over an initialised connection behaves the same.
+
+use super::backend::ForgetHook;
+use super::stats::{Op, Stats};
+use dpufs_daos::dfs::{
+    Attr, Dfs, DfsError, Errno, Oid, ROOT_OID, S_IFDIR, S_IFMT, S_IFREG, SetAttr, TimeSet,
+    Timespec, XattrMode,
+};
+use fuse_backend_rs::abi::fuse_abi::{CreateIn, stat64, statvfs64};
+use fuse_backend_rs::api::filesystem::{
+    Context, DirEntry, Entry, FileSystem, FsOptions, GetxattrReply, ListxattrReply, OpenOptions,
+    SetattrValid, ZeroCopyReader, ZeroCopyWriter,
+};
+use fuse_backend_rs::file_buf::FileVolatileSlice;
+use fuse_backend_rs::file_traits::FileReadWriteVolatile;
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// `FOPEN_NOFLUSH` (kernel 5.16+): close(2) sends no FLUSH (ignored by the kernel with the
+/// writeback cache, where FLUSH writes dirty pages back). The worker buffers nothing, so a
+/// FLUSH would only cost a round trip, and a close that needs no server cannot hang while
+/// workers change (exec closes inherited descriptors too).
+const FOPEN_NOFLUSH: u32 = 1 << 5;
+/// `FOPEN_PARALLEL_DIRECT_WRITES` (kernel 6.2+): direct writes to one file that stay inside
+/// its size may run in parallel. fuse-backend-rs 0.14 has no name for either flag.
+const FOPEN_PARALLEL_DIRECT_WRITES: u32 = 1 << 6;
+
+/// Who may change the volume's data, which decides what the kernel may cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AccessMode {
+    /// Writers on several nodes (RWX): close-to-open consistency. The page cache of a file
+    /// is dropped at every open and whenever its size or mtime is seen to change.
+    #[default]
+    MultiWriter,
+    /// This node is the only writer (RWO/RWOP): cached pages are kept across opens, and the
+    /// writeback cache may be enabled.
+    SingleWriter,
+    /// Nobody writes through this mount (ROX): cached pages are kept across opens; every
+    /// modification fails with EROFS.
+    ReadOnly,
+}
+
+impl std::str::FromStr for AccessMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<AccessMode, String> {
+        match s {
+            "multi-writer" => Ok(AccessMode::MultiWriter),
+            "single-writer" => Ok(AccessMode::SingleWriter),
+            "read-only" => Ok(AccessMode::ReadOnly),
+            _ => Err(format!(
+                "unknown access mode {s:?} (multi-writer, single-writer, read-only)"
+            )),
+        }
+    }
+}
+
+/// Caching and semantics of one mount.
+#[derive(Clone, Debug)]
+pub struct FsConfig {
+    /// How long the kernel may trust attributes (stat) without asking.
+    pub attr_ttl: Duration,
+    /// How long the kernel may trust a name → inode binding without asking.
+    pub entry_ttl: Duration,
+    /// How long the kernel may remember that a name does not exist (0: never).
+    pub negative_ttl: Duration,
+    /// Use the page cache for file data (`false`: every read and write goes to the worker).
+    pub data_cache: bool,
+    /// Who writes.
+    pub access: AccessMode,
+    /// Buffer writes in the kernel (FUSE writeback cache); only with [`AccessMode::SingleWriter`].
+    /// Write errors (ENOSPC, EIO) then surface at fsync or close, not at write.
+    pub writeback_cache: bool,
+}
+
+impl Default for FsConfig {
+    fn default() -> Self {
+        FsConfig {
+            attr_ttl: Duration::from_secs(1),
+            entry_ttl: Duration::from_secs(1),
+            negative_ttl: Duration::ZERO,
+            data_cache: true,
+            access: AccessMode::MultiWriter,
+            writeback_cache: false,
+        }
+    }
+}
+
+impl FsConfig {
+    /// Rejects combinations that would break coherence.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.writeback_cache && self.access != AccessMode::SingleWriter {
+            return Err(
+                "the writeback cache needs --access single-writer (one writing node)".to_string(),
+            );
+        }
+        if self.writeback_cache && !self.data_cache {
+            return Err("the writeback cache needs the data cache".to_string());
+        }
+        Ok(())
+    }
+
+    fn read_only(&self) -> bool {
+        self.access == AccessMode::ReadOnly
+    }
+
+    /// The INIT flags this configuration asks for.
+    pub fn wanted_options(&self) -> FsOptions {
+        let mut want = FsOptions::ASYNC_READ
+            | FsOptions::BIG_WRITES
+            | FsOptions::MAX_PAGES
+            | FsOptions::ASYNC_DIO
+            | FsOptions::PARALLEL_DIROPS
+            | FsOptions::ATOMIC_O_TRUNC
+            | FsOptions::CACHE_SYMLINKS;
+        if self.data_cache && self.access == AccessMode::MultiWriter {
+            want |= FsOptions::AUTO_INVAL_DATA;
+        }
+        if self.writeback_cache {
+            want |= FsOptions::WRITEBACK_CACHE;
+        }
+        want
+    }
+
+    /// FOPEN_* flags of every open file.
+    fn open_options(&self) -> OpenOptions {
+        let mut bits = FOPEN_PARALLEL_DIRECT_WRITES | FOPEN_NOFLUSH;
+        if !self.data_cache {
+            bits |= OpenOptions::DIRECT_IO.bits();
+        } else if self.access != AccessMode::MultiWriter {
+            bits |= OpenOptions::KEEP_CACHE.bits();
+        }
+        // SAFETY: `from_bits_unchecked` is unsafe only because it accepts bits the type has
+        // no name for; both extra bits are valid kernel flags, sent as they are.
+        unsafe { OpenOptions::from_bits_unchecked(bits) }
+    }
+}
+
+/// What a successful INIT negotiated, for the state directory (a successor that takes the
+/// connection over does not see INIT again).
+#[derive(Debug, Default)]
+pub struct Negotiated {
+    /// Flags the kernel offered.
+    pub offered: AtomicU64,
+    /// Flags in use (offered and wanted).
+    pub enabled: AtomicU64,
+    /// INIT has been answered.
+    pub done: std::sync::atomic::AtomicBool,
+}
+
+/// What the worker remembers of an object the kernel holds.
+#[derive(Clone, Copy)]
+struct Held {
+    /// The kernel's lookup count.
+    count: u64,
+    /// File type bits when it was last handed out (to detect a backend reusing an oid).
+    kind: u32,
+}
+
+/// Per-object lookup counts, for backends that want to hear about forgets.
+struct LookupCounts {
+    shards: Vec<Mutex<HashMap<Oid, Held>>>,
+    forget: ForgetHook,
+}
+
+impl LookupCounts {
+    const SHARDS: usize = 64;
+
+    fn shard(&self, oid: Oid) -> std::sync::MutexGuard<'_, HashMap<Oid, Held>> {
+        let i = (oid.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % Self::SHARDS;
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The file system served to the kernel.
+pub struct DfsFs {
+    dfs: Arc<dyn Dfs>,
+    cfg: FsConfig,
+    stats: Arc<Stats>,
+    counts: Option<LookupCounts>,
+    negotiated: Arc<Negotiated>,
+    session_record: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for DfsFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DfsFs")
+            .field("cfg", &self.cfg)
+            .field("lookup_counts", &self.counts.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+fn err(e: DfsError) -> io::Error {
+    tracing::debug!(errno = e.errno.0, "{}", e.detail);
+    io::Error::from_raw_os_error(e.errno.0)
+}
+
+fn errno(e: i32) -> io::Error {
+    io::Error::from_raw_os_error(e)
+}
+
+/// A name from the kernel as the `&str` the Dfs API takes. DFS names are bytes, the API's are
+/// UTF-8: other names are refused with EILSEQ.
+fn name_str(name: &CStr) -> io::Result<&str> {
+    name.to_str().map_err(|_| errno(libc::EILSEQ))
+}
+
+/// stat(2) fields of an object. The kernel fills st_dev; st_blksize is left to the mount's
+/// block size (4 KiB).
+pub fn to_stat(a: &Attr) -> stat64 {
+    // SAFETY: stat64 is plain data; all-zero is a valid value.
+    let mut st: stat64 = unsafe { std::mem::zeroed() };
+    st.st_ino = a.oid;
+    st.st_mode = a.mode;
+    st.st_nlink = a.nlink.max(1) as _;
+    st.st_uid = a.uid;
+    st.st_gid = a.gid;
+    st.st_size = a.size as i64;
+    st.st_blocks = a.blocks as i64;
+    st.st_atime = a.atime.secs;
+    st.st_atime_nsec = a.atime.nanos as i64;
+    st.st_mtime = a.mtime.secs;
+    st.st_mtime_nsec = a.mtime.nanos as i64;
+    st.st_ctime = a.ctime.secs;
+    st.st_ctime_nsec = a.ctime.nanos as i64;
+    st
+}
+
+/// Reads and writes of one object, straight between the FUSE buffer and the Dfs call.
+struct DfsIo<'a> {
+    dfs: &'a dyn Dfs,
+    oid: Oid,
+}
+
+impl FileReadWriteVolatile for DfsIo<'_> {
+    fn read_volatile(&mut self, _slice: FileVolatileSlice) -> io::Result<usize> {
+        Err(errno(libc::ESPIPE))
+    }
+
+    fn write_volatile(&mut self, _slice: FileVolatileSlice) -> io::Result<usize> {
+        Err(errno(libc::ESPIPE))
+    }
+
+    fn read_at_volatile(&mut self, slice: FileVolatileSlice, offset: u64) -> io::Result<usize> {
+        // SAFETY: the slice is the worker's own FUSE reply buffer, valid and exclusively
+        // ours for its length while this request is served.
+        let buf = unsafe { std::slice::from_raw_parts_mut(slice.as_ptr(), slice.len()) };
+        self.dfs.read(self.oid, offset, buf).map_err(err)
+    }
+
+    fn write_at_volatile(&mut self, slice: FileVolatileSlice, offset: u64) -> io::Result<usize> {
+        // SAFETY: the slice is the worker's own FUSE request buffer, valid for its length
+        // while this request is served.
+        let data = unsafe { std::slice::from_raw_parts(slice.as_ptr(), slice.len()) };
+        self.dfs.write(self.oid, offset, data).map_err(err)?;
+        Ok(data.len())
+    }
+}
+
+impl DfsFs {
+    /// A file system over `dfs`. `forget`: see [`super::backend::Backend::forget`].
+    /// `session_record`: where to write what INIT negotiated.
+    pub fn new(
+        dfs: Arc<dyn Dfs>,
+        forget: Option<ForgetHook>,
+        cfg: FsConfig,
+        stats: Arc<Stats>,
+        session_record: Option<PathBuf>,
+    ) -> DfsFs {
+        DfsFs {
+            dfs,
+            cfg,
+            stats,
+            counts: forget.map(|forget| LookupCounts {
+                shards: (0..LookupCounts::SHARDS)
+                    .map(|_| Mutex::new(HashMap::new()))
+                    .collect(),
+                forget,
+            }),
+            negotiated: Arc::new(Negotiated::default()),
+            session_record,
+        }
+    }
+
+    /// What INIT negotiated (shared with the control socket).
+    pub fn negotiated(&self) -> Arc<Negotiated> {
+        self.negotiated.clone()
+    }
+
+    /// Runs one operation with its stats.
+    fn op<T>(&self, op: Op, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        let start: Instant = self.stats.begin();
+        let r = f();
+        self.stats
+            .end(op, start, r.as_ref().err().and_then(|e| e.raw_os_error()));
+        r
+    }
+
+    fn entry(&self, a: &Attr) -> Entry {
+        Entry {
+            inode: a.oid,
+            generation: 0,
+            attr: to_stat(a),
+            attr_flags: 0,
+            attr_timeout: self.cfg.attr_ttl,
+            entry_timeout: self.cfg.entry_ttl,
+        }
+    }
+
+    fn check_writable(&self) -> io::Result<()> {
+        if self.cfg.read_only() {
+            Err(errno(libc::EROFS))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Counts one more kernel reference to a new or looked-up object.
+    ///
+    /// When the count goes from zero to one, the object is checked to still be held by the
+    /// backend: a forget of the same object may have released it between the backend's
+    /// lookup and now (ESTALE then means: look it up again).
+    ///
+    /// An object of another type under an oid the kernel still holds means the backend
+    /// reused the oid too early (a broken backend contract the kernel answers with EIO on
+    /// the old inode): logged, since nothing here can repair it.
+    fn remember(&self, attr: &Attr) -> Result<(), DfsError> {
+        let Some(counts) = &self.counts else {
+            return Ok(());
+        };
+        let oid = attr.oid;
+        if oid == ROOT_OID {
+            return Ok(());
+        }
+        let mut shard = counts.shard(oid);
+        let held = shard.get(&oid).copied();
+        match held {
+            None => {
+                self.dfs.getattr(oid)?;
+            }
+            Some(h) if h.kind != attr.kind() => tracing::error!(
+                "the backend reused object id {oid:#x} while the kernel holds it \
+                 (type {:o}, now {:o})",
+                h.kind,
+                attr.kind()
+            ),
+            Some(_) => {}
+        }
+        shard.insert(
+            oid,
+            Held {
+                count: held.map_or(0, |h| h.count) + 1,
+                kind: attr.kind(),
+            },
+        );
+        Ok(())
+    }
+
+    /// A lookup that also counts the kernel's new reference.
+    fn lookup_attr(&self, parent: Oid, name: &str) -> Result<Attr, DfsError> {
+        let mut last = None;
+        for _ in 0..3 {
+            let attr = self.dfs.lookup(parent, name)?;
+            match self.remember(&attr) {
+                Ok(()) => return Ok(attr),
+                Err(e) if e.errno == Errno::STALE => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| DfsError::new(Errno::STALE, "object released during lookup")))
+    }
+
+    /// A new object's entry, counted.
+    fn created(&self, attr: Attr) -> io::Result<Entry> {
+        self.remember(&attr).map_err(err)?;
+        Ok(self.entry(&attr))
+    }
+
+    fn forget_one(&self, oid: Oid, n: u64) {
+        let Some(counts) = &self.counts else {
+            return;
+        };
+        if oid == ROOT_OID {
+            return;
+        }
+        let mut shard = counts.shard(oid);
+        let Some(held) = shard.get_mut(&oid) else {
+            // Not counted (a predecessor handed it out): the kernel is done with it.
+            (counts.forget)(oid);
+            return;
+        };
+        held.count = held.count.saturating_sub(n);
+        if held.count == 0 {
+            shard.remove(&oid);
+            // Under the shard lock, so a concurrent lookup of the same object either
+            // precedes this (and its count keeps it) or sees the release (and retries).
+            (counts.forget)(oid);
+        }
+    }
+
+    /// Owner of a new object: the caller, with the group of a set-group-ID parent directory.
+    fn new_owner(&self, ctx: &Context, parent: Oid) -> io::Result<(u32, u32, bool)> {
+        let p = self.dfs.getattr(parent).map_err(err)?;
+        if p.mode & libc::S_ISGID != 0 {
+            Ok((ctx.uid, p.gid, true))
+        } else {
+            Ok((ctx.uid, ctx.gid, false))
+        }
+    }
+
+    fn truncate_on_open(&self, oid: Oid, flags: u32) -> io::Result<()> {
+        if flags & libc::O_TRUNC as u32 != 0 {
+            self.dfs.truncate(oid, 0).map_err(err)?;
+        }
+        Ok(())
+    }
+
+    fn write_session_record(&self, offered: FsOptions, enabled: FsOptions) {
+        let Some(path) = &self.session_record else {
+            return;
+        };
+        let record = serde_json::json!({
+            "version": 1,
+            "offered": offered.bits(),
+            "enabled": enabled.bits(),
+            "offered_names": format!("{offered:?}"),
+            "enabled_names": format!("{enabled:?}"),
+            "max_write": 1u32 << 20,
+            "config": {
+                "attr_ttl_secs": self.cfg.attr_ttl.as_secs_f64(),
+                "entry_ttl_secs": self.cfg.entry_ttl.as_secs_f64(),
+                "negative_ttl_secs": self.cfg.negative_ttl.as_secs_f64(),
+                "data_cache": self.cfg.data_cache,
+                "access": format!("{:?}", self.cfg.access),
+                "writeback_cache": self.cfg.writeback_cache,
+            },
+        });
+        if let Err(e) = super::write_atomic(path, record.to_string().as_bytes()) {
+            tracing::warn!(
+                "cannot record the negotiated session in {}: {e}",
+                path.display()
+            );
+        }
+    }
+
+    fn zero_range(&self, oid: Oid, offset: u64, end: u64) -> io::Result<()> {
+        const CHUNK: u64 = 1 << 20;
+        let zeros = vec![0u8; CHUNK.min(end.saturating_sub(offset)) as usize];
+        let mut at = offset;
+        while at < end {
+            let n = CHUNK.min(end - at);
+            self.dfs.write(oid, at, &zeros[..n as usize]).map_err(err)?;
+            at += n;
+        }
+        Ok(())
+    }
+}
+
+impl FileSystem for DfsFs {
+    type Inode = u64;
+    type Handle = u64;
+
+    fn init(&self, capable: FsOptions) -> io::Result<FsOptions> {
+        self.op(Op::Init, || {
+            let want = self.cfg.wanted_options();
+            let enabled = capable & want;
+            self.negotiated
+                .offered
+                .store(capable.bits(), Ordering::Relaxed);
+            self.negotiated
+                .enabled
+                .store(enabled.bits(), Ordering::Relaxed);
+            if self.cfg.writeback_cache && !enabled.contains(FsOptions::WRITEBACK_CACHE) {
+                tracing::warn!("the kernel did not offer the writeback cache");
+            }
+            self.write_session_record(capable, enabled);
+            self.negotiated.done.store(true, Ordering::Release);
+            tracing::info!("FUSE session initialised: {enabled:?}");
+            Ok(want)
+        })
+    }
+
+    fn destroy(&self) {
+        let _ = self.op(Op::Destroy, || Ok(()));
+    }
+
+    fn lookup(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<Entry> {
+        self.op(Op::Lookup, || {
+            let name = name_str(name)?;
+            match self.lookup_attr(parent, name) {
+                Ok(attr) => Ok(self.entry(&attr)),
+                Err(e) if e.errno == Errno::NOENT && !self.cfg.negative_ttl.is_zero() => {
+                    // A negative entry: nodeid 0, cached for the negative TTL.
+                    Ok(Entry {
+                        inode: 0,
+                        entry_timeout: self.cfg.negative_ttl,
+                        ..Entry::default()
+                    })
+                }
+                Err(e) => Err(err(e)),
+            }
+        })
+    }
+
+    fn forget(&self, _ctx: &Context, inode: u64, count: u64) {
+        self.stats.count(Op::Forget, 1);
+        self.forget_one(inode, count);
+    }
+
+    fn batch_forget(&self, _ctx: &Context, requests: Vec<(u64, u64)>) {
+        self.stats.count(Op::Forget, requests.len() as u64);
+        for (inode, count) in requests {
+            self.forget_one(inode, count);
+        }
+    }
+
+    fn getattr(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        _handle: Option<u64>,
+    ) -> io::Result<(stat64, Duration)> {
+        self.op(Op::Getattr, || {
+            let a = self.dfs.getattr(inode).map_err(err)?;
+            Ok((to_stat(&a), self.cfg.attr_ttl))
+        })
+    }
+
+    fn setattr(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        attr: stat64,
+        _handle: Option<u64>,
+        valid: SetattrValid,
+    ) -> io::Result<(stat64, Duration)> {
+        self.op(Op::Setattr, || {
+            self.check_writable()?;
+            let mut set = SetAttr::default();
+            if valid.contains(SetattrValid::MODE) {
+                set.mode = Some(attr.st_mode & 0o7777);
+            }
+            if valid.contains(SetattrValid::UID) {
+                set.uid = Some(attr.st_uid);
+            }
+            if valid.contains(SetattrValid::GID) {
+                set.gid = Some(attr.st_gid);
+            }
+            if valid.contains(SetattrValid::SIZE) {
+                set.size = Some(attr.st_size as u64);
+            }
+            if valid.contains(SetattrValid::ATIME_NOW) {
+                set.atime = Some(TimeSet::Now);
+            } else if valid.contains(SetattrValid::ATIME) {
+                set.atime = Some(TimeSet::At(Timespec {
+                    secs: attr.st_atime,
+                    nanos: attr.st_atime_nsec as u32,
+                }));
+            }
+            if valid.contains(SetattrValid::MTIME_NOW) {
+                set.mtime = Some(TimeSet::Now);
+            } else if valid.contains(SetattrValid::MTIME) {
+                set.mtime = Some(TimeSet::At(Timespec {
+                    secs: attr.st_mtime,
+                    nanos: attr.st_mtime_nsec as u32,
+                }));
+            }
+            let a = if set == SetAttr::default() {
+                // Only ctime (or nothing the DFS stores): report the current attributes.
+                self.dfs.getattr(inode)
+            } else {
+                self.dfs.setattr(inode, &set)
+            }
+            .map_err(err)?;
+            Ok((to_stat(&a), self.cfg.attr_ttl))
+        })
+    }
+
+    fn readlink(&self, _ctx: &Context, inode: u64) -> io::Result<Vec<u8>> {
+        self.op(Op::Readlink, || {
+            Ok(self.dfs.readlink(inode).map_err(err)?.into_bytes())
+        })
+    }
+
+    fn symlink(
+        &self,
+        ctx: &Context,
+        linkname: &CStr,
+        parent: u64,
+        name: &CStr,
+    ) -> io::Result<Entry> {
+        self.op(Op::Symlink, || {
+            self.check_writable()?;
+            let (name, target) = (name_str(name)?, name_str(linkname)?);
+            let (uid, gid, _) = self.new_owner(ctx, parent)?;
+            let a = self
+                .dfs
+                .symlink(parent, name, target, uid, gid)
+                .map_err(err)?;
+            self.created(a)
+        })
+    }
+
+    fn mknod(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &CStr,
+        mode: u32,
+        _rdev: u32,
+        _umask: u32,
+    ) -> io::Result<Entry> {
+        self.op(Op::Mknod, || {
+            self.check_writable()?;
+            if mode & S_IFMT != S_IFREG {
+                // DFS has no device nodes, FIFOs or sockets.
+                return Err(errno(libc::EPERM));
+            }
+            let name = name_str(name)?;
+            let (uid, gid, _) = self.new_owner(ctx, parent)?;
+            let a = self
+                .dfs
+                .create(parent, name, mode & 0o7777, uid, gid)
+                .map_err(err)?;
+            self.created(a)
+        })
+    }
+
+    fn mkdir(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &CStr,
+        mode: u32,
+        _umask: u32,
+    ) -> io::Result<Entry> {
+        self.op(Op::Mkdir, || {
+            self.check_writable()?;
+            let name = name_str(name)?;
+            let (uid, gid, setgid) = self.new_owner(ctx, parent)?;
+            let mut mode = mode & 0o7777;
+            if setgid {
+                mode |= libc::S_ISGID;
+            }
+            let a = self.dfs.mkdir(parent, name, mode, uid, gid).map_err(err)?;
+            self.created(a)
+        })
+    }
+
+    fn unlink(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
+        self.op(Op::Unlink, || {
+            self.check_writable()?;
+            self.dfs.unlink(parent, name_str(name)?).map_err(err)
+        })
+    }
+
+    fn rmdir(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
+        self.op(Op::Rmdir, || {
+            self.check_writable()?;
+            self.dfs.rmdir(parent, name_str(name)?).map_err(err)
+        })
+    }
+
+    fn rename(
+        &self,
+        _ctx: &Context,
+        olddir: u64,
+        oldname: &CStr,
+        newdir: u64,
+        newname: &CStr,
+        flags: u32,
+    ) -> io::Result<()> {
+        self.op(Op::Rename, || {
+            self.check_writable()?;
+            if flags & !libc::RENAME_NOREPLACE != 0 {
+                // RENAME_EXCHANGE and RENAME_WHITEOUT: not in DFS.
+                return Err(errno(libc::EINVAL));
+            }
+            let noreplace = flags & libc::RENAME_NOREPLACE != 0;
+            self.dfs
+                .rename(
+                    olddir,
+                    name_str(oldname)?,
+                    newdir,
+                    name_str(newname)?,
+                    noreplace,
+                )
+                .map_err(err)
+        })
+    }
+
+    fn link(
+        &self,
+        _ctx: &Context,
+        _inode: u64,
+        _newparent: u64,
+        _newname: &CStr,
+    ) -> io::Result<Entry> {
+        // DFS has no hard links: link(2)'s "the file system does not support hard links".
+        self.op(Op::Link, || Err(errno(libc::EPERM)))
+    }
+
+    fn open(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        flags: u32,
+        _fuse_flags: u32,
+    ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
+        self.op(Op::Open, || {
+            let acc = flags as i32 & libc::O_ACCMODE;
+            let write = acc == libc::O_WRONLY || acc == libc::O_RDWR;
+            if (write || flags & libc::O_TRUNC as u32 != 0) && self.cfg.read_only() {
+                return Err(errno(libc::EROFS));
+            }
+            self.dfs.open(inode, write).map_err(err)?;
+            self.truncate_on_open(inode, flags)?;
+            Ok((None, self.cfg.open_options(), None))
+        })
+    }
+
+    fn create(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &CStr,
+        args: CreateIn,
+    ) -> io::Result<(Entry, Option<u64>, OpenOptions, Option<u32>)> {
+        self.op(Op::Create, || {
+            self.check_writable()?;
+            let name = name_str(name)?;
+            let (uid, gid, _) = self.new_owner(ctx, parent)?;
+            let entry = match self.dfs.create(parent, name, args.mode & 0o7777, uid, gid) {
+                Ok(a) => self.created(a)?,
+                // open(O_CREAT) without O_EXCL on a name that appeared since the kernel's
+                // lookup: open what is there, as a local file system would.
+                Err(e) if e.errno == Errno::EXIST && args.flags & libc::O_EXCL as u32 == 0 => {
+                    let a = self.lookup_attr(parent, name).map_err(err)?;
+                    if a.kind() == S_IFDIR {
+                        self.forget_one(a.oid, 1);
+                        return Err(errno(libc::EISDIR));
+                    }
+                    if let Err(e) = self.dfs.open(a.oid, true) {
+                        self.forget_one(a.oid, 1);
+                        return Err(err(e));
+                    }
+                    self.truncate_on_open(a.oid, args.flags)?;
+                    let a = self.dfs.getattr(a.oid).map_err(err)?;
+                    self.entry(&a)
+                }
+                Err(e) => return Err(err(e)),
+            };
+            Ok((entry, None, self.cfg.open_options(), None))
+        })
+    }
+
+    fn read(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        _handle: u64,
+        w: &mut dyn ZeroCopyWriter,
+        size: u32,
+        offset: u64,
+        _lock_owner: Option<u64>,
+        _flags: u32,
+    ) -> io::Result<usize> {
+        self.op(Op::Read, || {
+            let mut io = DfsIo {
+                dfs: &*self.dfs,
+                oid: inode,
+            };
+            let n = w.write_from(&mut io, size as usize, offset)?;
+            self.stats.add_read(n as u64);
+            Ok(n)
+        })
+    }
+
+    fn write(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        _handle: u64,
+        r: &mut dyn ZeroCopyReader,
+        size: u32,
+        offset: u64,
+        _lock_owner: Option<u64>,
+        _delayed_write: bool,
+        _flags: u32,
+        _fuse_flags: u32,
+    ) -> io::Result<usize> {
+        self.op(Op::Write, || {
+            self.check_writable()?;
+            let mut io = DfsIo {
+                dfs: &*self.dfs,
+                oid: inode,
+            };
+            r.read_exact_to(&mut io, size as usize, offset)?;
+            self.stats.add_written(size as u64);
+            Ok(size as usize)
+        })
+    }
+
+    fn flush(&self, _ctx: &Context, _inode: u64, _handle: u64, _lock_owner: u64) -> io::Result<()> {
+        // Nothing is buffered in the worker: every write reached the backend before it was
+        // answered. (With the writeback cache the kernel flushes its dirty pages before this
+        // and reports their errors to close.)
+        self.op(Op::Flush, || Ok(()))
+    }
+
+    fn fsync(&self, _ctx: &Context, inode: u64, datasync: bool, _handle: u64) -> io::Result<()> {
+        self.op(Op::Fsync, || self.dfs.fsync(inode, datasync).map_err(err))
+    }
+
+    fn fsyncdir(&self, _ctx: &Context, inode: u64, datasync: bool, _handle: u64) -> io::Result<()> {
+        self.op(Op::Fsyncdir, || {
+            self.dfs.fsync(inode, datasync).map_err(err)
+        })
+    }
+
+    fn fallocate(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        _handle: u64,
+        mode: u32,
+        offset: u64,
+        length: u64,
+    ) -> io::Result<()> {
+        self.op(Op::Fallocate, || {
+            self.check_writable()?;
+            let mode = mode as i32;
+            let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+            let end = offset
+                .checked_add(length)
+                .ok_or_else(|| errno(libc::EFBIG))?;
+            let size = self.dfs.getattr(inode).map_err(err)?.size;
+            match mode & !libc::FALLOC_FL_KEEP_SIZE {
+                // DFS allocates on write: reserving space is a size change at most.
+                0 => {}
+                libc::FALLOC_FL_PUNCH_HOLE if keep_size => {
+                    self.zero_range(inode, offset, end.min(size))?;
+                }
+                libc::FALLOC_FL_ZERO_RANGE => {
+                    self.zero_range(inode, offset, end.min(size))?;
+                }
+                _ => return Err(errno(libc::EOPNOTSUPP)),
+            }
+            if !keep_size && end > size {
+                self.dfs.truncate(inode, end).map_err(err)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn release(
+        &self,
+        _ctx: &Context,
+        _inode: u64,
+        _flags: u32,
+        _handle: u64,
+        _flush: bool,
+        _flock_release: bool,
+        _lock_owner: Option<u64>,
+    ) -> io::Result<()> {
+        self.op(Op::Release, || Ok(()))
+    }
+
+    fn statfs(&self, _ctx: &Context, _inode: u64) -> io::Result<statvfs64> {
+        self.op(Op::Statfs, || {
+            let s = self.dfs.statfs().map_err(err)?;
+            const BSIZE: u64 = 4096;
+            // DFS has no inode table: report plenty of free inodes.
+            const FREE_FILES: u64 = 1 << 32;
+            // SAFETY: statvfs64 is plain data; all-zero is a valid value.
+            let mut st: statvfs64 = unsafe { std::mem::zeroed() };
+            st.f_bsize = BSIZE;
+            st.f_frsize = BSIZE;
+            st.f_blocks = s.total_bytes / BSIZE;
+            st.f_bfree = s.free_bytes / BSIZE;
+            st.f_bavail = s.free_bytes / BSIZE;
+            st.f_files = s.files + FREE_FILES;
+            st.f_ffree = FREE_FILES;
+            st.f_favail = FREE_FILES;
+            st.f_namemax = 255;
+            Ok(st)
+        })
+    }
+
+    fn setxattr(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        name: &CStr,
+        value: &[u8],
+        flags: u32,
+    ) -> io::Result<()> {
+        self.op(Op::Setxattr, || {
+            self.check_writable()?;
+            let mode = match flags as i32 {
+                0 => XattrMode::Any,
+                libc::XATTR_CREATE => XattrMode::Create,
+                libc::XATTR_REPLACE => XattrMode::Replace,
+                _ => return Err(errno(libc::EINVAL)),
+            };
+            self.dfs
+                .setxattr(inode, name_str(name)?, value, mode)
+                .map_err(err)
+        })
+    }
+
+    fn getxattr(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        name: &CStr,
+        size: u32,
+    ) -> io::Result<GetxattrReply> {
+        self.op(Op::Getxattr, || {
+            let value = self.dfs.getxattr(inode, name_str(name)?).map_err(err)?;
+            if size == 0 {
+                Ok(GetxattrReply::Count(value.len() as u32))
+            } else if value.len() > size as usize {
+                Err(errno(libc::ERANGE))
+            } else {
+                Ok(GetxattrReply::Value(value))
+            }
+        })
+    }
+
+    fn listxattr(&self, _ctx: &Context, inode: u64, size: u32) -> io::Result<ListxattrReply> {
+        self.op(Op::Listxattr, || {
+            let mut names = Vec::new();
+            for n in self.dfs.listxattr(inode).map_err(err)? {
+                names.extend_from_slice(n.as_bytes());
+                names.push(0);
+            }
+            if size == 0 {
+                Ok(ListxattrReply::Count(names.len() as u32))
+            } else if names.len() > size as usize {
+                Err(errno(libc::ERANGE))
+            } else {
+                Ok(ListxattrReply::Names(names))
+            }
+        })
+    }
+
+    fn removexattr(&self, _ctx: &Context, inode: u64, name: &CStr) -> io::Result<()> {
+        self.op(Op::Removexattr, || {
+            self.check_writable()?;
+            self.dfs.removexattr(inode, name_str(name)?).map_err(err)
+        })
+    }
+
+    fn opendir(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        _flags: u32,
+    ) -> io::Result<(Option<u64>, OpenOptions)> {
+        self.op(Op::Opendir, || {
+            let a = self.dfs.getattr(inode).map_err(err)?;
+            if !a.is_dir() {
+                return Err(errno(libc::ENOTDIR));
+            }
+            Ok((None, OpenOptions::empty()))
+        })
+    }
+
+    fn readdir(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        _handle: u64,
+        size: u32,
+        offset: u64,
+        add_entry: &mut dyn FnMut(DirEntry) -> io::Result<usize>,
+    ) -> io::Result<()> {
+        self.op(Op::Readdir, || {
+            // A dirent takes 24 bytes plus the name, 8-aligned: ask for about what fits.
+            let max = (size as usize / 32).clamp(1, 1024);
+            let mut cookie = offset;
+            loop {
+                let page = self.dfs.readdir(inode, cookie, max).map_err(err)?;
+                for e in &page.entries {
+                    let added = add_entry(DirEntry {
+                        ino: e.oid,
+                        offset: e.cookie,
+                        type_: e.kind >> 12,
+                        name: e.name.as_bytes(),
+                    })?;
+                    if added == 0 {
+                        // The reply is full; the kernel resumes after the last entry sent.
+                        return Ok(());
+                    }
+                    cookie = e.cookie;
+                }
+                if page.end || page.entries.is_empty() {
+                    return Ok(());
+                }
+            }
+        })
+    }
+
+    fn releasedir(&self, _ctx: &Context, _inode: u64, _flags: u32, _handle: u64) -> io::Result<()> {
+        self.op(Op::Releasedir, || Ok(()))
+    }
+}

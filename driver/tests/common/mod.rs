@@ -1,0 +1,298 @@
+//! Shared test support: a volume worker run as a real child process, its control socket, and
+//! clean-up that never leaves a mount behind (a killed worker's mount is aborted through
+//! /sys/fs/fuse/connections and lazily unmounted in Drop).
+#![allow(dead_code)]
+
+use dpufs_csi::worker::control;
+use dpufs_csi::worker::fusedev;
+use serde_json::{Value, json};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Upper bound for anything a test waits on (a safety net against hangs, not a timing
+/// assumption: everything normally happens in milliseconds).
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Whether FUSE mounts can be made here (root and /dev/fuse). Tests skip otherwise.
+pub fn can_mount() -> bool {
+    // SAFETY: plain getter.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ok = root && Path::new("/dev/fuse").exists();
+    if !ok {
+        eprintln!("skipped: needs root and /dev/fuse");
+    }
+    ok
+}
+
+/// The worker binary built for these tests.
+pub fn worker_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_dpufs-csi")
+}
+
+/// A temporary directory under /tmp (a local file system, not tmpfs).
+pub fn tempdir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .expect("tempdir")
+}
+
+/// Waits for `cond`, up to [`DEADLINE`].
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Whether `mountpoint` is a FUSE mount right now.
+pub fn is_fuse_mount(mountpoint: &Path) -> bool {
+    fusedev::find_mount(mountpoint)
+        .ok()
+        .flatten()
+        .is_some_and(|m| m.fstype.starts_with("fuse"))
+}
+
+/// Removes whatever FUSE mount is at `mountpoint`: aborts its connection (so nothing blocks
+/// on a dead server), then detaches it.
+pub fn force_unmount(mountpoint: &Path) {
+    for _ in 0..8 {
+        let Some(m) = fusedev::find_mount(mountpoint).ok().flatten() else {
+            return;
+        };
+        if !m.fstype.starts_with("fuse") {
+            return;
+        }
+        let _ = fusedev::abort_connection(m.connection());
+        let _ = fusedev::unmount(mountpoint, true);
+    }
+}
+
+/// Sends one control request.
+pub fn control(state_dir: &Path, op: &str) -> Value {
+    control::request(&state_dir.join("control.sock"), &json!({ "op": op }))
+        .unwrap_or_else(|e| panic!("control {op}: {e}"))
+}
+
+/// Options of a worker started by a test.
+#[derive(Clone, Debug, Default)]
+pub struct Opts {
+    /// Extra command-line arguments.
+    pub args: Vec<String>,
+    /// Serve this descriptor (passed to the child as descriptor 3) instead of mounting.
+    pub fuse_fd: Option<i32>,
+}
+
+/// A worker child process with its directories. Drop kills it and removes its mount.
+pub struct WorkerProc {
+    pub child: Child,
+    pub mountpoint: PathBuf,
+    pub state_dir: PathBuf,
+    /// Whether Drop should clean up the mount (false when the test owns the mount).
+    pub owns_mount: bool,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl WorkerProc {
+    /// Starts `dpufs-csi worker --backend local:<backing>` mounting at a fresh directory
+    /// (or serving `opts.fuse_fd`), and waits until its control socket answers.
+    pub fn start(backing: &Path, opts: Opts) -> WorkerProc {
+        let mnt = tempdir("dpufs-mnt-");
+        let state = tempdir("dpufs-state-");
+        let mountpoint = mnt.path().to_path_buf();
+        let state_dir = state.path().to_path_buf();
+        Self::start_at(backing, &mountpoint, &state_dir, opts, vec![mnt, state])
+    }
+
+    /// Like [`WorkerProc::start`] with given directories.
+    pub fn start_at(
+        backing: &Path,
+        mountpoint: &Path,
+        state_dir: &Path,
+        opts: Opts,
+        dirs: Vec<tempfile::TempDir>,
+    ) -> WorkerProc {
+        let mut cmd = Command::new(worker_bin());
+        cmd.arg("worker")
+            .arg("--backend")
+            .arg(format!("local:{}", backing.display()))
+            .arg("--state-dir")
+            .arg(state_dir)
+            .arg("--mountpoint")
+            .arg(mountpoint)
+            .args(&opts.args)
+            .stdin(Stdio::null())
+            .env("RUST_LOG", "warn");
+        if let Some(fd) = opts.fuse_fd {
+            cmd.arg("--fuse-fd").arg("3");
+            // SAFETY: dup2 is async-signal-safe; it runs in the child between fork and exec.
+            // The parent's descriptor is close-on-exec, so no other child inherits it.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let r = if fd == 3 {
+                        libc::fcntl(3, libc::F_SETFD, 0)
+                    } else {
+                        libc::dup2(fd, 3)
+                    };
+                    if r < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd.spawn().expect("spawn dpufs-csi worker");
+        let mut w = WorkerProc {
+            child,
+            mountpoint: mountpoint.to_path_buf(),
+            state_dir: state_dir.to_path_buf(),
+            owns_mount: opts.fuse_fd.is_none(),
+            _dirs: dirs,
+        };
+        let sock = w.state_dir.join("control.sock");
+        wait_until("the worker's control socket", || {
+            if let Some(st) = w.child.try_wait().expect("try_wait") {
+                panic!("the worker exited during start-up: {st}");
+            }
+            control::request(&sock, &json!({"op": "health"})).is_ok_and(|v| v["state"] == "serving")
+        });
+        w
+    }
+
+    /// The worker's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A path inside the mount.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mountpoint.join(rel)
+    }
+
+    /// Sends one control request.
+    pub fn control(&self, op: &str) -> Value {
+        control(&self.state_dir, op)
+    }
+
+    /// The `stats` object.
+    pub fn stats(&self) -> Value {
+        let v = self.control("stats");
+        assert_eq!(v["ok"], true, "{v}");
+        v["stats"].clone()
+    }
+
+    /// Waits for the process to exit (up to [`DEADLINE`]).
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return st;
+            }
+            assert!(start.elapsed() < DEADLINE, "the worker did not exit");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SIGKILLs the worker and reaps it.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for WorkerProc {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if self.owns_mount {
+            force_unmount(&self.mountpoint);
+        }
+    }
+}
+
+/// A FUSE mount made by the test itself (playing the mount keeper): it holds the master
+/// descriptor and never reads from it. Drop aborts and detaches the mount.
+pub struct KeeperMount {
+    pub fd: OwnedFd,
+    pub mountpoint: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl KeeperMount {
+    pub fn new() -> KeeperMount {
+        let dir = tempdir("dpufs-kmnt-");
+        let mountpoint = dir.path().to_path_buf();
+        let fd = fusedev::mount(
+            &mountpoint,
+            &fusedev::MountOptions {
+                fsname: "dpufs".into(),
+                read_only: false,
+                allow_other: true,
+            },
+        )
+        .expect("mount /dev/fuse");
+        KeeperMount {
+            fd,
+            mountpoint,
+            _dir: dir,
+        }
+    }
+
+    pub fn raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Drop for KeeperMount {
+    fn drop(&mut self) {
+        force_unmount(&self.mountpoint);
+    }
+}
+
+/// The errno of an I/O error, as a name.
+pub fn errno_of(e: &std::io::Error) -> String {
+    dpufs_csi::worker::stats::errno_name(e.raw_os_error().unwrap_or(-1))
+}
+
+/// A tmpfs of the given size (`"1m"`), unmounted on drop.
+pub struct Tmpfs {
+    pub path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    pub fn new(size: &str) -> Tmpfs {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempdir("dpufs-tmpfs-");
+        let target = CString::new(dir.path().as_os_str().as_bytes()).unwrap();
+        let opts = CString::new(format!("size={size}")).unwrap();
+        // SAFETY: valid NUL-terminated strings.
+        let r = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                opts.as_ptr().cast(),
+            )
+        };
+        assert_eq!(r, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+        Tmpfs {
+            path: dir.path().to_path_buf(),
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = fusedev::unmount(&self.path, true);
+    }
+}

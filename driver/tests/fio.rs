@@ -1,0 +1,209 @@
+//! fio with `--verify=crc32c` through a real mount served by a `dpufs-csi worker` child
+//! process: sequential and random writes, concurrent writers to different files, a 256 MiB
+//! file and a sparse file. Each workload is verified twice: by fio right after writing (the
+//! page cache may answer), then by a second fio run with `--verify_only --direct=1`, whose
+//! reads all go through the worker to the backend.
+
+mod common;
+
+use common::{WorkerProc, can_mount, tempdir};
+use serde_json::Value;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+
+const FIO: &str = "fio";
+
+fn fio_available() -> bool {
+    let ok = Command::new(FIO).arg("--version").output().is_ok();
+    if !ok {
+        eprintln!("skipped: fio is not installed (apt-get install fio)");
+    }
+    ok
+}
+
+/// Runs fio on `dir` and checks that it succeeded with no job error.
+fn fio(dir: &Path, args: &[&str]) -> Value {
+    let out = Command::new(FIO)
+        .arg(format!("--directory={}", dir.display()))
+        // No verify state files in the working directory.
+        .args([
+            "--output-format=json",
+            "--group_reporting=0",
+            "--verify_state_save=0",
+        ])
+        .args(args)
+        .output()
+        .expect("run fio");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "fio {args:?} failed ({}):\n{stderr}\n{stdout}",
+        out.status
+    );
+    // fio may print notes before the JSON document.
+    let json = &stdout[stdout.find('{').expect("fio JSON")..];
+    let v: Value = serde_json::from_str(json).expect("fio JSON");
+    for job in v["jobs"].as_array().expect("jobs") {
+        assert_eq!(job["error"], 0, "fio job failed: {job}");
+    }
+    v
+}
+
+/// Writes with `job` (plus fio's own verify), then verifies again with direct reads.
+fn write_and_verify(dir: &Path, job: &[&str]) {
+    let mut write = job.to_vec();
+    write.extend(["--verify=crc32c", "--do_verify=1", "--end_fsync=1"]);
+    fio(dir, &write);
+    let mut verify = job.to_vec();
+    verify.extend(["--verify=crc32c", "--verify_only", "--direct=1"]);
+    let v = fio(dir, &verify);
+    let read: u64 = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["read"]["io_bytes"].as_u64().unwrap())
+        .sum();
+    assert!(read > 0, "the verify pass read the data back");
+}
+
+fn worker() -> (tempfile::TempDir, WorkerProc) {
+    let backing = tempdir("dpufs-fio-backing-");
+    let w = WorkerProc::start(backing.path(), Default::default());
+    (backing, w)
+}
+
+#[test]
+fn sequential_writes_verify() {
+    if !can_mount() || !fio_available() {
+        return;
+    }
+    let (_b, w) = worker();
+    write_and_verify(
+        &w.mountpoint,
+        &[
+            "--name=seq",
+            "--rw=write",
+            "--bs=1M",
+            "--size=64M",
+            "--ioengine=psync",
+        ],
+    );
+    let stats = w.stats();
+    assert!(
+        stats["bytes_written"].as_u64().unwrap() >= 64 << 20,
+        "{stats}"
+    );
+    assert_eq!(stats["transport_errors"], 0, "{stats}");
+}
+
+#[test]
+fn random_writes_verify() {
+    if !can_mount() || !fio_available() {
+        return;
+    }
+    let (_b, w) = worker();
+    // Direct, asynchronous 4 KiB writes (FUSE async direct I/O, many in flight)...
+    write_and_verify(
+        &w.mountpoint,
+        &[
+            "--name=rand-direct",
+            "--rw=randwrite",
+            "--bs=4k",
+            "--size=16M",
+            "--ioengine=libaio",
+            "--iodepth=16",
+            "--direct=1",
+        ],
+    );
+    // ... and buffered ones of mixed sizes.
+    write_and_verify(
+        &w.mountpoint,
+        &[
+            "--name=rand-buffered",
+            "--rw=randwrite",
+            "--bsrange=4k-64k",
+            "--size=16M",
+            "--ioengine=psync",
+        ],
+    );
+}
+
+#[test]
+fn concurrent_writers_to_different_files_verify() {
+    if !can_mount() || !fio_available() {
+        return;
+    }
+    let (backing, w) = worker();
+    write_and_verify(
+        &w.mountpoint,
+        &[
+            "--name=conc",
+            "--numjobs=4",
+            "--rw=write",
+            "--bs=256k",
+            "--size=16M",
+            "--ioengine=psync",
+        ],
+    );
+    let files = std::fs::read_dir(backing.path()).unwrap().count();
+    assert_eq!(files, 4, "one file per writer");
+}
+
+#[test]
+fn large_file_verify() {
+    if !can_mount() || !fio_available() {
+        return;
+    }
+    let (backing, w) = worker();
+    write_and_verify(
+        &w.mountpoint,
+        &[
+            "--name=large",
+            "--filename=large",
+            "--rw=write",
+            "--bs=1M",
+            "--size=256M",
+            "--ioengine=psync",
+        ],
+    );
+    let meta = std::fs::metadata(backing.path().join("large")).unwrap();
+    assert_eq!(meta.len(), 256 << 20);
+}
+
+#[test]
+fn sparse_file_verify() {
+    if !can_mount() || !fio_available() {
+        return;
+    }
+    let (backing, w) = worker();
+    // 64 KiB written, then 1 MiB skipped, across 64 MiB.
+    write_and_verify(
+        &w.mountpoint,
+        &[
+            "--name=sparse",
+            "--filename=sparse",
+            "--rw=write:1M",
+            "--bs=64k",
+            "--size=64M",
+            "--ioengine=psync",
+        ],
+    );
+    let back = std::fs::metadata(backing.path().join("sparse")).unwrap();
+    let mnt = std::fs::metadata(w.path("sparse")).unwrap();
+    assert_eq!(back.len(), mnt.len());
+    // The holes stayed holes in the backend...
+    assert!(
+        back.blocks() * 512 < back.len() / 4,
+        "allocated {} of {} bytes",
+        back.blocks() * 512,
+        back.len()
+    );
+    // ... and read as zeros through the mount.
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(w.path("sparse")).unwrap();
+    let mut buf = vec![1u8; 1 << 20];
+    f.read_exact_at(&mut buf, 64 << 10).unwrap();
+    assert!(buf.iter().all(|b| *b == 0), "a hole reads as zeros");
+}
