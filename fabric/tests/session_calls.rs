@@ -408,3 +408,44 @@ fn server_shutdown_fails_calls_cleanly() {
     }
     assert!(!conn.is_connected());
 }
+
+#[test]
+fn workers_waiting_for_bounce_buffers_keep_polling() {
+    // One bounce buffer for two workers: it comes back only when a reply's completion is
+    // polled, so a worker waiting for it must poll (blocking would starve every worker).
+    let bed = Bed::new(ServerConfig {
+        workers: 2,
+        bounce_buffers: 1,
+        ..ServerConfig::default()
+    });
+    let session = bed.session(small());
+    let conn = session
+        .connect(bed.addr(), bed.cap("acme", Rights::READ_WRITE))
+        .unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8u8 {
+            let conn = conn.clone();
+            s.spawn(move || {
+                let key = format!("k{t}");
+                let mut back = vec![0; 64 << 10];
+                for round in 0..25u8 {
+                    let data = pattern(t ^ round, 4096 << (round % 5));
+                    conn.call_timeout(
+                        &KvStore::put(&key),
+                        Bulk::ToServer(&data),
+                        Duration::from_secs(20),
+                    )
+                    .unwrap();
+                    let r = conn
+                        .call_timeout(
+                            &KvStore::get(&key),
+                            Bulk::FromServer(&mut back),
+                            Duration::from_secs(20),
+                        )
+                        .unwrap();
+                    assert_eq!(&back[..r.bulk_len], &data[..]);
+                }
+            });
+        }
+    });
+}

@@ -191,6 +191,8 @@ impl<D: RdmaDevice> Link<D> {
             } else {
                 let deadline = Instant::now() + REVOKE_WAIT;
                 if let Err(e) = self.invalidate(call.idx, &lease, deadline) {
+                    // The window may still be bound: the QP goes, the slot stays until it has.
+                    self.fail(None, "could not invalidate a window after the reply");
                     lock(&self.ctxs[call.idx as usize].state).parked_slot = call.slot.take();
                     return Err(e);
                 }
