@@ -46,9 +46,7 @@ fn env(disabled: NicChecks) -> (tempfile::TempDir, Env<SoftDevice>) {
 
 fn run_case(name: &str) {
     let (_dir, env) = env(NicChecks::NONE);
-    let results = conformance::run_suite(&env, |n| n == name);
-    assert_eq!(results.len(), 1, "no case named {name}");
-    if let (_, Err(failure)) = &results[0] {
+    if let Err(failure) = conformance::run_case(&env, name) {
         panic!("{name}: {failure}");
     }
 }

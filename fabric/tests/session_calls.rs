@@ -2,6 +2,8 @@
 //! threads on one connection, both invalidation modes, caps, refusals, reconnects. Server and
 //! worker run in this process, each on its own context of its own node's software device.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,21 +12,9 @@ use dpufs_fabric::session::testing::KvStore;
 use dpufs_fabric::session::{
     AgentKey, Bulk, Capability, Forgery, Invalidation, LeaseClaim, LeaseEventKind, LeaseRight,
     Limits, MAX_CONTROL_MESSAGE, Rights, RunningServer, ServerConfig, SessionConfig, SessionError,
-    SessionServer, SignedCapability, TenantSession, TrustedAgents,
+    SignedCapability, TenantSession,
 };
 use dpufs_fabric::soft::{DeviceOptions, SoftDevice};
-
-fn device_dir() -> tempfile::TempDir {
-    let builder = tempfile::Builder::new()
-        .prefix("dpufs-session-test")
-        .to_owned();
-    if std::path::Path::new("/dev/shm").is_dir() {
-        builder.tempdir_in("/dev/shm")
-    } else {
-        builder.tempdir()
-    }
-    .expect("temp device dir")
-}
 
 struct Bed {
     dir: tempfile::TempDir,
@@ -35,39 +25,20 @@ struct Bed {
 
 /// Another server on node 2 of `bed`'s directory, trusting the same agent.
 fn second_server(bed: &Bed) -> RunningServer<SoftDevice> {
-    let mut trusted = TrustedAgents::new();
-    trusted.add(bed.agent.public_key().unwrap());
-    let dev = SoftDevice::open(&DeviceOptions::new("node2").in_dir(bed.dir.path())).unwrap();
-    SessionServer::bind(
-        dev,
-        "127.0.0.1:0".parse().unwrap(),
-        trusted,
-        bed.store.handler(),
+    common::kv_server(
+        bed.dir.path(),
+        &bed.agent,
+        &bed.store,
         ServerConfig::default(),
     )
-    .unwrap()
-    .spawn()
-    .unwrap()
 }
 
 impl Bed {
     fn new(config: ServerConfig) -> Bed {
-        let dir = device_dir();
+        let dir = common::device_dir("dpufs-session-test");
         let agent = AgentKey::generate().unwrap();
-        let mut trusted = TrustedAgents::new();
-        trusted.add(agent.public_key().unwrap());
         let store = KvStore::new();
-        let dev = SoftDevice::open(&DeviceOptions::new("node2").in_dir(dir.path())).unwrap();
-        let server = SessionServer::bind(
-            dev,
-            "127.0.0.1:0".parse().unwrap(),
-            trusted,
-            store.handler(),
-            config,
-        )
-        .unwrap()
-        .spawn()
-        .unwrap();
+        let server = common::kv_server(dir.path(), &agent, &store, config);
         Bed {
             dir,
             agent,

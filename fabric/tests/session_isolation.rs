@@ -6,6 +6,8 @@
 //! Each attack must fail cleanly — the attacker's QP dies or its request is refused — while the
 //! victim's concurrent transfers see no error and no wrong byte, and keep making progress.
 
+mod common;
+
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -17,26 +19,14 @@ use std::time::{Duration, Instant};
 use dpufs_fabric::session::testing::{KvStore, LATE_FILL};
 use dpufs_fabric::session::{
     AgentKey, Backoff, Bulk, Capability, Connection, Forgery, LeaseClaim, LeaseEventKind,
-    LeaseRight, Rights, RunningServer, ServerConfig, SessionConfig, SessionError, SessionServer,
-    SignedCapability, TenantSession, TrustedAgents, unix_now,
+    LeaseRight, Rights, RunningServer, ServerConfig, SessionConfig, SessionError, SignedCapability,
+    TenantSession, unix_now,
 };
 use dpufs_fabric::soft::{DeviceOptions, SoftDevice};
 use dpufs_fabric::{inc_rkey, key_index};
 
 /// Bound on every wait for another process.
 const WAIT: Duration = Duration::from_secs(60);
-
-fn device_dir() -> tempfile::TempDir {
-    let builder = tempfile::Builder::new()
-        .prefix("dpufs-session-iso")
-        .to_owned();
-    if std::path::Path::new("/dev/shm").is_dir() {
-        builder.tempdir_in("/dev/shm")
-    } else {
-        builder.tempdir()
-    }
-    .expect("temp device dir")
-}
 
 /// The world of one test: device directory, node agent key, engine.
 struct World {
@@ -52,17 +42,10 @@ impl World {
     }
 
     fn with(config: ServerConfig) -> World {
-        let dir = device_dir();
+        let dir = common::device_dir("dpufs-session-iso");
         let agent = AgentKey::generate().unwrap();
-        let mut trusted = TrustedAgents::new();
-        trusted.add(agent.public_key().unwrap());
         let store = KvStore::new();
-        let dev = SoftDevice::open(&DeviceOptions::new("node2").in_dir(dir.path())).unwrap();
-        let listen = "127.0.0.1:0".parse().unwrap();
-        let server = SessionServer::bind(dev, listen, trusted, store.handler(), config)
-            .unwrap()
-            .spawn()
-            .unwrap();
+        let server = common::kv_server(dir.path(), &agent, &store, config);
         World {
             dir,
             agent,

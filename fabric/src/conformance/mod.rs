@@ -394,6 +394,14 @@ pub fn cases<D: RdmaDevice>() -> Vec<(&'static str, Case<D>)> {
     conformance_cases!(list)
 }
 
+/// Runs the one case called `name`; panics if there is no such case (a test naming a case
+/// that was removed must fail, not pass vacuously).
+pub fn run_case<D: RdmaDevice>(env: &Env<D>, name: &str) -> CaseResult {
+    let mut results = run_suite(env, |n| n == name);
+    assert_eq!(results.len(), 1, "no case named {name}");
+    results.remove(0).1
+}
+
 /// Runs the cases whose names pass `filter`, in order, and returns each outcome.
 pub fn run_suite<D: RdmaDevice>(
     env: &Env<D>,
