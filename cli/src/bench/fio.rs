@@ -98,8 +98,12 @@ pub struct Measured {
 
 /// Name of job `n`'s file: reads share files laid out once, writes start from none.
 fn file_format(case: &Case) -> String {
-    let kind = if case.pattern.is_write() { "w" } else { "r" };
-    format!("dpufs-bench-{kind}.$jobnum")
+    let prefix = if case.pattern.is_write() {
+        WRITE_FILES
+    } else {
+        READ_FILES
+    };
+    format!("{prefix}$jobnum")
 }
 
 fn base_command(dir: &Path, case: &Case, protocol: &Protocol) -> Command {
@@ -125,14 +129,19 @@ pub fn lay_out(dir: &Path, case: &Case, protocol: &Protocol) -> anyhow::Result<(
     run(cmd).map(|_| ())
 }
 
-/// Deletes the write files of `case`, so every write run starts from none.
-pub fn remove_write_files(dir: &Path) -> anyhow::Result<()> {
+/// Prefix of the files read runs use (laid out once per target).
+pub const READ_FILES: &str = "dpufs-bench-r.";
+/// Prefix of the files write runs create (removed before every write run).
+pub const WRITE_FILES: &str = "dpufs-bench-w.";
+
+/// Deletes the files in `dir` whose names start with `prefix`.
+pub fn remove_files(dir: &Path, prefix: &str) -> anyhow::Result<()> {
     for entry in std::fs::read_dir(dir).with_context(|| format!("list {}", dir.display()))? {
         let path = entry?.path();
         if path
             .file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("dpufs-bench-w."))
+            .is_some_and(|n| n.starts_with(prefix))
         {
             std::fs::remove_file(&path).with_context(|| format!("remove {}", path.display()))?;
         }

@@ -222,8 +222,8 @@ fn matrix(a: MatrixArgs) -> anyhow::Result<()> {
     }
     for t in &targets {
         // Leave the targets as found.
-        let _ = fio::remove_write_files(&t.path);
-        let _ = remove_read_files(&t.path);
+        let _ = fio::remove_files(&t.path, fio::WRITE_FILES);
+        let _ = fio::remove_files(&t.path, fio::READ_FILES);
     }
     report::write(&a.out, &protocol, &targets, &baseline.name, &cases, &runs)
 }
@@ -269,22 +269,9 @@ fn lay_out(targets: &[Target], cases: &[Case], protocol: &Protocol) -> anyhow::R
     Ok(())
 }
 
-fn remove_read_files(dir: &std::path::Path) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)?.flatten() {
-        if entry
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.starts_with("dpufs-bench-r."))
-        {
-            std::fs::remove_file(entry.path())?;
-        }
-    }
-    Ok(())
-}
-
 fn run_one(target: &Target, case: &Case, protocol: &Protocol) -> anyhow::Result<Sample> {
     if case.pattern.is_write() {
-        fio::remove_write_files(&target.path)?;
+        fio::remove_files(&target.path, fio::WRITE_FILES)?;
     }
     drop_caches()?;
     let before = cpu::snapshot(&target.procs);
