@@ -230,22 +230,12 @@ fn serve_send(qp: &QpShared, fd: RawFd, f: &Frame) -> Result<Reply, Fatal> {
     Ok(Reply::Ack)
 }
 
-/// Reports a fatal request: ERROR here, the NAK (if the connection still works) before any
+/// Reports a fatal request: counts it, then ERROR here, the NAK (if the connection still works) before any
 /// completion or event of ours is visible (as a NIC NAKs before its software hears of it, so
 /// an application reacting to the error, e.g. destroying the QP, cannot swallow the NAK), then
-/// the close that fails the requester's QP; counters and the audit log.
+/// the close that fails the requester's QP, and the audit log.
 fn fail(qp: &QpShared, fd: RawFd, f: &Frame, fatal: &Fatal) {
-    qp.fail_queues_with(fatal.cause, || {
-        if let Some(code) = fatal.nak {
-            let nak = Frame {
-                code: code as u8,
-                ..Frame::new(Op::Nak, f.psn)
-            };
-            // If even the NAK cannot be sent, the requester learns from the closed connection.
-            let _ = send_header(fd, &nak);
-        }
-    });
-    qp.shut_write_sides();
+    // Counted first, so whoever sees the ERROR state or the async event also sees the count.
     match fatal.cause {
         Cause::Access => {
             Counters::add(&qp.counters.remote_access_errors, 1);
@@ -257,6 +247,17 @@ fn fail(qp: &QpShared, fd: RawFd, f: &Frame, fatal: &Fatal) {
         }
         Cause::WorkRequest | Cause::Transport | Cause::User => {}
     }
+    qp.fail_queues_with(fatal.cause, || {
+        if let Some(code) = fatal.nak {
+            let nak = Frame {
+                code: code as u8,
+                ..Frame::new(Op::Nak, f.psn)
+            };
+            // If even the NAK cannot be sent, the requester learns from the closed connection.
+            let _ = send_header(fd, &nak);
+        }
+    });
+    qp.shut_write_sides();
     tracing::warn!(
         qp = qp.num,
         op = ?f.op,
