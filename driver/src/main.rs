@@ -2,10 +2,11 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use dpufs_csi::worker::backend::{BackendSpec, open_backend};
+use dpufs_csi::worker::backend::{BackendSpec, FabricOptions, open_backend};
 use dpufs_csi::worker::fs::{AccessMode, FsConfig};
 use dpufs_csi::worker::privilege::Limits;
 use dpufs_csi::worker::{FuseSource, Worker, WorkerConfig};
+use dpufs_fabric::soft::DeviceOptions;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -25,9 +26,21 @@ enum Cmd {
 #[derive(Args, Debug)]
 #[command(group = clap::ArgGroup::new("fuse").required(true).multiple(true).args(["mountpoint", "fuse_fd"]))]
 struct WorkerArgs {
-    /// The DFS to serve: `local:<dir>` (a local directory).
+    /// The DFS to serve: `local:<dir>` (a local directory) or `engine:<ip>:<port>` (the
+    /// container named by --capability, on the engine data service at that fabric address).
     #[arg(long)]
     backend: BackendSpec,
+    /// With an engine: backend: the file holding the node agent's signed capability (hex).
+    /// Re-read when it changes, so the agent can renew it.
+    #[arg(long)]
+    capability: Option<PathBuf>,
+    /// With an engine: backend: the fabric device to open (the node's NIC).
+    #[arg(long, default_value = "dpufs-node")]
+    fabric_device: String,
+    /// With an engine: backend: the software device directory (default: $DPUFS_FABRIC_DIR,
+    /// else /dev/shm/dpufs-fabric).
+    #[arg(long)]
+    fabric_dir: Option<PathBuf>,
     /// Mount here (as root). With --fuse-fd: where that connection is mounted (for the
     /// readahead setting and reports only; never accessed).
     #[arg(long)]
@@ -141,7 +154,15 @@ fn worker(a: WorkerArgs) -> Result<()> {
         }),
     };
     let signals = block_stop_signals();
-    let backend = open_backend(&a.backend)?;
+    let mut device = DeviceOptions::new(a.fabric_device);
+    if let Some(dir) = a.fabric_dir {
+        device = device.in_dir(dir);
+    }
+    let fabric = FabricOptions {
+        capability: a.capability,
+        device,
+    };
+    let backend = open_backend(&a.backend, &fabric)?;
     let w = Worker::start(cfg, backend)?;
     let stop = w.stopper();
     std::thread::Builder::new()

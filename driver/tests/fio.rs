@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{WorkerProc, can_mount, tempdir};
+use common::{EngineBacking, WorkerProc, can_mount, tempdir};
 use serde_json::Value;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -206,4 +206,60 @@ fn sparse_file_verify() {
     let mut buf = vec![1u8; 1 << 20];
     f.read_exact_at(&mut buf, 64 << 10).unwrap();
     assert!(buf.iter().all(|b| *b == 0), "a hole reads as zeros");
+}
+
+/// The same workloads through a worker serving an engine container over the fabric: every
+/// byte crosses the tenant session (scoped rkeys, one-sided RMA) into the engine's chunk
+/// store and back.
+#[test]
+fn engine_backed_workloads_verify() {
+    if !can_mount() || !fio_available() {
+        return;
+    }
+    let backing = EngineBacking::start();
+    let w = WorkerProc::start(&backing, Default::default());
+    let workloads: [&[&str]; 4] = [
+        &[
+            "--name=seq",
+            "--rw=write",
+            "--bs=1M",
+            "--size=64M",
+            "--ioengine=psync",
+        ],
+        &[
+            "--name=rand-direct",
+            "--rw=randwrite",
+            "--bs=4k",
+            "--size=16M",
+            "--ioengine=libaio",
+            "--iodepth=16",
+            "--direct=1",
+        ],
+        &[
+            "--name=conc",
+            "--numjobs=4",
+            "--rw=write",
+            "--bs=256k",
+            "--size=16M",
+            "--ioengine=psync",
+        ],
+        &[
+            "--name=sparse",
+            "--filename=sparse",
+            "--rw=write:1M",
+            "--bs=64k",
+            "--size=64M",
+            "--ioengine=psync",
+        ],
+    ];
+    for job in workloads {
+        write_and_verify(&w.mountpoint, job);
+    }
+    let stats = w.stats();
+    assert!(
+        stats["bytes_written"].as_u64().unwrap() >= 100 << 20,
+        "{stats}"
+    );
+    assert_eq!(stats["transport_errors"], 0, "{stats}");
+    assert_eq!(std::fs::metadata(w.path("sparse")).unwrap().len(), 64 << 20);
 }

@@ -354,7 +354,7 @@ fn write_errors_surface_at_write_without_and_at_fsync_or_close_with_writeback_ca
     // Without the writeback cache, write(2) itself reports ENOSPC.
     {
         let space = common::Tmpfs::new("1m");
-        let w = WorkerProc::start(&space.path, Default::default());
+        let w = WorkerProc::start(space.path.as_path(), Default::default());
         let (_f, r) = write_4m(&w.path("f"));
         assert_eq!(errno_of(&r.unwrap_err()), "ENOSPC");
     }
@@ -363,7 +363,7 @@ fn write_errors_surface_at_write_without_and_at_fsync_or_close_with_writeback_ca
     {
         let space = common::Tmpfs::new("1m");
         let args = opts(&["--access", "single-writer", "--writeback-cache"]);
-        let w = WorkerProc::start(&space.path, args);
+        let w = WorkerProc::start(space.path.as_path(), args);
         let (f, r) = write_4m(&w.path("f"));
         r.expect("a cached write succeeds");
         assert_eq!(errno_of(&f.sync_all().unwrap_err()), "ENOSPC");

@@ -1,6 +1,8 @@
 //! Harness for end-to-end scenarios on real processes: locating the workspace's
 //! binaries and running a `dpufs-engine` that is killed when dropped.
 
+pub mod volume;
+
 use anyhow::{Context, bail};
 use dpufs_daos::{ClientConfig, MgmtClient};
 use std::io::{BufRead, BufReader};
@@ -35,6 +37,13 @@ pub fn binary(name: &str, package: &str) -> PathBuf {
     bin_dir().join(name)
 }
 
+/// Writes a file atomically (temporary file, then rename), as an agent renewing it would.
+pub fn write_file_atomic(path: &Path, data: &[u8]) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, data).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
 /// Options of an engine under test.
 #[derive(Debug, Clone)]
 pub struct EngineOpts {
@@ -48,6 +57,8 @@ pub struct EngineOpts {
     pub agent_keys: Vec<PathBuf>,
     /// The software fabric's device directory (`DPUFS_FABRIC_DIR`) for the engine's device.
     pub fabric_dir: Option<PathBuf>,
+    /// Clock skew the data service tolerates on capability expiry (engine default: 30 s).
+    pub capability_skew_secs: Option<u64>,
 }
 
 impl Default for EngineOpts {
@@ -59,6 +70,7 @@ impl Default for EngineOpts {
             follow: None,
             agent_keys: Vec::new(),
             fabric_dir: None,
+            capability_skew_secs: None,
         }
     }
 }
@@ -77,10 +89,15 @@ pub struct EngineProcess {
 impl EngineProcess {
     /// Starts an engine on a free loopback port with its data in `data_dir`.
     pub fn start(data_dir: &Path, opts: EngineOpts) -> anyhow::Result<EngineProcess> {
-        Self::start_on(data_dir, opts, "127.0.0.1:0")
+        Self::start_on(data_dir, opts, "127.0.0.1:0", None)
     }
 
-    fn start_on(data_dir: &Path, opts: EngineOpts, listen: &str) -> anyhow::Result<EngineProcess> {
+    fn start_on(
+        data_dir: &Path,
+        opts: EngineOpts,
+        listen: &str,
+        fabric_listen: Option<std::net::SocketAddr>,
+    ) -> anyhow::Result<EngineProcess> {
         let mut cmd = Command::new(binary("dpufs-engine", "dpufs-engine"));
         match &opts.tls_dir {
             Some(dir) => cmd.arg("--tls-dir").arg(dir),
@@ -91,6 +108,12 @@ impl EngineProcess {
         }
         for key in &opts.agent_keys {
             cmd.arg("--agent-key").arg(key);
+        }
+        if let Some(secs) = opts.capability_skew_secs {
+            cmd.arg("--capability-skew-secs").arg(secs.to_string());
+        }
+        if let Some(addr) = fabric_listen {
+            cmd.arg("--fabric-listen").arg(addr.to_string());
         }
         if let Some(dir) = &opts.fabric_dir {
             cmd.env("DPUFS_FABRIC_DIR", dir);
@@ -138,14 +161,14 @@ impl EngineProcess {
         self.restart_with(opts)
     }
 
-    /// Kills the engine and starts it again on the same address and data
-    /// directory with other options.
+    /// Kills the engine and starts it again on the same addresses (management and fabric)
+    /// and data directory with other options.
     pub fn restart_with(&mut self, opts: EngineOpts) -> anyhow::Result<()> {
         self.child.kill()?;
         self.child.wait()?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match Self::start_on(&self.data_dir, opts.clone(), &self.addr) {
+            match Self::start_on(&self.data_dir, opts.clone(), &self.addr, self.fabric_addr) {
                 Ok(new) => {
                     *self = new;
                     return Ok(());

@@ -8,125 +8,40 @@
 //! - a capability the engine does not trust is refused at connect.
 
 use dpufs_daos::dfs::{Dfs, DfsResult, EngineDfs, LocalDfs, ROOT_OID, conformance, fabric};
-use dpufs_daos::{ContainerAdmin, ContainerSpec, EngineContainers, PoolSize, PoolSpec};
-use dpufs_e2e::{EngineOpts, EngineProcess};
-use dpufs_fabric::session::{AgentKey, Capability, Rights, SessionConfig, TenantSession};
+use dpufs_e2e::volume::EngineVolume;
+use dpufs_fabric::session::{AgentKey, Rights, SessionConfig, TenantSession};
 use dpufs_fabric::soft::{DeviceOptions, SoftDevice};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-/// An engine with a pool and a POSIX container, and the agent key its data service trusts.
-struct Stack {
-    _dir: tempfile::TempDir,
-    fabric_dir: PathBuf,
-    engine: EngineProcess,
-    agent: AgentKey,
-    pool: String,
-    container: String,
+/// A new tenant session (a worker's) mounted on the volume's container with a capability
+/// signed by `agent`.
+fn mount_with(
+    vol: &EngineVolume,
+    agent: &AgentKey,
+) -> (TenantSession<SoftDevice>, DfsResult<EngineDfs>) {
+    let device =
+        SoftDevice::open(&DeviceOptions::new("worker-node").in_dir(&vol.fabric_dir)).unwrap();
+    let session = TenantSession::open(device, SessionConfig::default()).unwrap();
+    let cap = vol.capability_by(agent, Rights::READ_WRITE, Duration::from_secs(600));
+    let dfs = fabric::mount(&session, vol.fabric_addr(), cap);
+    (session, dfs)
 }
 
-fn fabric_dir(base: &Path) -> PathBuf {
-    // Shared memory, like the default device directory; one per test for isolation.
-    let dir = tempfile::Builder::new()
-        .prefix("dpufs-e2e-fabric")
-        .tempdir_in("/dev/shm")
-        .map(|d| d.keep())
-        .unwrap_or_else(|_| base.join("fabric"));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn mount(vol: &EngineVolume) -> (TenantSession<SoftDevice>, EngineDfs) {
+    let (session, dfs) = mount_with(vol, &vol.agent);
+    (session, dfs.expect("mount over the fabric"))
 }
 
-impl Stack {
-    fn start() -> Stack {
-        let dir = tempfile::tempdir().unwrap();
-        let agent = AgentKey::generate().unwrap();
-        let key_file = dir.path().join("agent.pub");
-        std::fs::write(&key_file, agent.public_key().unwrap().to_pem().unwrap()).unwrap();
-        let fabric_dir = fabric_dir(dir.path());
-        let opts = EngineOpts {
-            ranks: 2,
-            agent_keys: vec![key_file],
-            fabric_dir: Some(fabric_dir.clone()),
-            ..EngineOpts::default()
-        };
-        let engine = EngineProcess::start(&dir.path().join("engine"), opts).unwrap();
-        let (pool, container) = provision(&engine);
-        Stack {
-            _dir: dir,
-            fabric_dir,
-            engine,
-            agent,
-            pool,
-            container,
-        }
-    }
-
-    /// A new tenant session (a worker's) mounted on the container with `agent`'s capability.
-    fn mount_with(&self, agent: &AgentKey) -> (TenantSession<SoftDevice>, DfsResult<EngineDfs>) {
-        let device =
-            SoftDevice::open(&DeviceOptions::new("worker-node").in_dir(&self.fabric_dir)).unwrap();
-        let session = TenantSession::open(device, SessionConfig::default()).unwrap();
-        let claims = Capability::new(
-            "tenant-a",
-            "vol-1",
-            self.pool.clone(),
-            self.container.clone(),
-            Rights::READ_WRITE,
-            Duration::from_secs(600),
-        );
-        let cap = agent.sign(&claims).unwrap();
-        let addr = self
-            .engine
-            .fabric_addr
-            .expect("the engine serves the fabric");
-        let dfs = fabric::mount(&session, addr, cap);
-        (session, dfs)
-    }
-
-    fn mount(&self) -> (TenantSession<SoftDevice>, EngineDfs) {
-        let (session, dfs) = self.mount_with(&self.agent);
-        (session, dfs.expect("mount over the fabric"))
-    }
-}
-
-impl Drop for Stack {
-    fn drop(&mut self) {
-        self.engine.kill();
-        let _ = std::fs::remove_dir_all(&self.fabric_dir);
-    }
-}
-
-fn provision(engine: &EngineProcess) -> (String, String) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mgmt = engine.client();
-        let pool = mgmt
-            .pool_create(&PoolSpec::new("tank", PoolSize::total(2 << 30)))
-            .await
-            .unwrap()
-            .uuid;
-        let cont = EngineContainers::new(&mgmt)
-            .create(&ContainerSpec {
-                pool: pool.clone(),
-                label: "vol".into(),
-                ..ContainerSpec::default()
-            })
-            .await
-            .unwrap()
-            .uuid;
-        (pool, cont)
-    })
+fn start() -> EngineVolume {
+    EngineVolume::start(2, 2 << 30)
 }
 
 #[test]
 fn the_differential_suite_passes_over_the_fabric() {
-    let stack = Stack::start();
-    let (_session, subject) = stack.mount();
+    let stack = start();
+    let (_session, subject) = mount(&stack);
     let local = tempfile::tempdir().unwrap();
     let reference = LocalDfs::open(local.path()).unwrap();
     let report = conformance::run_all(&reference, &subject);
@@ -136,8 +51,8 @@ fn the_differential_suite_passes_over_the_fabric() {
 
 #[test]
 fn large_io_moves_byte_exact_through_scoped_rkeys() {
-    let stack = Stack::start();
-    let (session, dfs) = stack.mount();
+    let stack = start();
+    let (session, dfs) = mount(&stack);
     let f = dfs.create(ROOT_OID, "big", 0o644, 0, 0).unwrap();
     // 9 MiB + 123 bytes at an unaligned offset: many pipelined 1 MiB pieces.
     let data: Vec<u8> = (0..(9 << 20) + 123).map(|i| (i * 31 % 251) as u8).collect();
@@ -154,9 +69,9 @@ fn large_io_moves_byte_exact_through_scoped_rkeys() {
 
 #[test]
 fn a_capability_from_an_untrusted_agent_is_refused() {
-    let stack = Stack::start();
+    let stack = start();
     let stranger = AgentKey::generate().unwrap();
-    let (_session, dfs) = stack.mount_with(&stranger);
+    let (_session, dfs) = mount_with(&stack, &stranger);
     let err = dfs.expect_err("an untrusted agent's capability must be refused");
     assert_eq!(err.errno, dpufs_daos::dfs::Errno::ACCES, "{err}");
 }
@@ -166,11 +81,11 @@ fn a_capability_from_an_untrusted_agent_is_refused() {
 /// work).
 #[test]
 fn kill_dash_nine_during_writes_loses_nothing_fsynced() {
-    let mut stack = Stack::start();
+    let mut stack = start();
     let synced = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
-        let (session, dfs) = stack.mount();
+        let (session, dfs) = mount(&stack);
         let (synced, stop) = (synced.clone(), stop.clone());
         std::thread::spawn(move || {
             let _session = session;
@@ -200,7 +115,7 @@ fn kill_dash_nine_during_writes_loses_nothing_fsynced() {
     writer.join().unwrap();
     let acknowledged = synced.load(Ordering::Acquire);
 
-    let (_session, dfs) = stack.mount();
+    let (_session, dfs) = mount(&stack);
     for n in 0..acknowledged {
         let f = dfs
             .lookup(ROOT_OID, &format!("f{n}"))

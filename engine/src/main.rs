@@ -55,6 +55,10 @@ struct Args {
     /// /dev/shm/dpufs-fabric).
     #[arg(long, default_value = "dpufs-engine")]
     fabric_device: String,
+    /// Seconds of clock skew between node agents and this engine tolerated when checking
+    /// a capability's expiry.
+    #[arg(long, default_value_t = 30)]
+    capability_skew_secs: u64,
 }
 
 #[tokio::main]
@@ -147,6 +151,7 @@ fn start_data(
         listen: args.fabric_listen,
         device: DeviceOptions::new(args.fabric_device.clone()),
         agent_keys: args.agent_keys.clone(),
+        clock_skew: std::time::Duration::from_secs(args.capability_skew_secs),
     };
     let server = dpufs_engine::data::fabric::serve(engine.clone(), &opts)
         .context("starting the fabric data service")?;

@@ -1,19 +1,25 @@
-//! Which DFS a worker serves: `--backend local:<dir>` today; `engine:…` (the embedded engine
-//! over the fabric) plugs in here as one more [`BackendSpec`] variant and one more arm of
-//! [`open_backend`].
+//! Which DFS a worker serves: `--backend local:<dir>` (a directory of this machine) or
+//! `--backend engine:<host:port>` (a DFS container of an engine's data service, reached over
+//! the worker's own tenant session on the fabric with a capability the node agent signed).
 
 use anyhow::{Context, Result, bail};
-use dpufs_daos::dfs::{Dfs, LocalDfs, Oid};
+use dpufs_daos::dfs::{Dfs, LocalDfs, Oid, fabric};
+use dpufs_fabric::session::{SessionConfig, SignedCapability, TenantSession, unix_now};
+use dpufs_fabric::soft::{DeviceOptions, SoftDevice};
 use std::fmt;
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 /// A backend named on the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BackendSpec {
     /// `local:<dir>`: a directory of the local file system ([`LocalDfs`]).
     Local(PathBuf),
+    /// `engine:<host:port>`: the data service of a `dpufs-engine` at this fabric address.
+    Engine(SocketAddr),
 }
 
 impl FromStr for BackendSpec {
@@ -30,7 +36,10 @@ impl FromStr for BackendSpec {
                 }
                 Ok(BackendSpec::Local(PathBuf::from(rest)))
             }
-            other => bail!("backend {s:?}: unknown scheme {other:?} (known: local)"),
+            "engine" => rest.parse().map(BackendSpec::Engine).with_context(|| {
+                format!("backend {s:?}: engine: needs the data service's <ip>:<port>")
+            }),
+            other => bail!("backend {s:?}: unknown scheme {other:?} (known: local, engine)"),
         }
     }
 }
@@ -39,8 +48,20 @@ impl fmt::Display for BackendSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BackendSpec::Local(dir) => write!(f, "local:{}", dir.display()),
+            BackendSpec::Engine(addr) => write!(f, "engine:{addr}"),
         }
     }
+}
+
+/// How an `engine:` backend reaches the fabric.
+#[derive(Clone, Debug)]
+pub struct FabricOptions {
+    /// File holding the signed capability (hex). Re-read when it changes: the node agent
+    /// renews short-lived capabilities by rewriting it, and the next reconnect presents
+    /// the new one.
+    pub capability: Option<PathBuf>,
+    /// The software device this worker opens (its own context, PD and QPs on it).
+    pub device: DeviceOptions,
 }
 
 /// Releases what a backend holds for an object the kernel has forgotten.
@@ -66,7 +87,7 @@ impl fmt::Debug for Backend {
 }
 
 /// Opens the backend `spec` names.
-pub fn open_backend(spec: &BackendSpec) -> Result<Backend> {
+pub fn open_backend(spec: &BackendSpec, fabric: &FabricOptions) -> Result<Backend> {
     match spec {
         BackendSpec::Local(dir) => {
             let dfs = Arc::new(
@@ -79,20 +100,147 @@ pub fn open_backend(spec: &BackendSpec) -> Result<Backend> {
                 forget: Some(Arc::new(move |oid| held.forget(oid))),
             })
         }
+        BackendSpec::Engine(addr) => open_engine(*addr, fabric),
     }
+}
+
+fn open_engine(addr: SocketAddr, opts: &FabricOptions) -> Result<Backend> {
+    let path = opts
+        .capability
+        .as_deref()
+        .context("an engine: backend needs --capability <file> (signed by the node agent)")?;
+    let (capability, mut seen) = read_capability(path)?;
+    let device = SoftDevice::open(&opts.device).with_context(|| {
+        format!(
+            "open fabric device {:?} in {}",
+            opts.device.name,
+            opts.device.dir.display()
+        )
+    })?;
+    let session =
+        TenantSession::open(device, SessionConfig::default()).context("open the tenant session")?;
+    let dfs = fabric::mount(&session, addr, capability.clone())
+        .with_context(|| format!("mount the capability's container at engine {addr}"))?;
+    let path = path.to_path_buf();
+    // The session lives as long as the process; this thread owns it and renews.
+    std::thread::Builder::new()
+        .name("capability".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(RENEW_POLL);
+                match changed_capability(&path, seen) {
+                    Ok(Some((cap, when))) => {
+                        seen = when;
+                        match session.connect(addr, cap) {
+                            Ok(_) => tracing::info!("capability renewed from {}", path.display()),
+                            Err(e) => tracing::warn!("capability renewal: {e}"),
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!("{e:#}"),
+                }
+            }
+        })?;
+    Ok(Backend {
+        dfs: Arc::new(dfs),
+        forget: None,
+    })
+}
+
+/// How often the capability file is checked for a renewal.
+const RENEW_POLL: Duration = Duration::from_secs(2);
+
+/// Reads and checks a capability file: it must decode and must not have expired.
+fn read_capability(path: &Path) -> Result<(SignedCapability, SystemTime)> {
+    let modified = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .with_context(|| format!("capability file {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("read capability file {}", path.display()))?;
+    let cap = SignedCapability::from_hex(text.trim())
+        .with_context(|| format!("capability file {}", path.display()))?;
+    let claims = cap
+        .claims()
+        .with_context(|| format!("capability file {}", path.display()))?;
+    if claims.not_after <= unix_now() {
+        bail!(
+            "capability in {} expired at {} (unix time); ask the node agent for a new one",
+            path.display(),
+            claims.not_after
+        );
+    }
+    Ok((cap, modified))
+}
+
+/// The capability in `path` if the file changed since `seen`.
+fn changed_capability(
+    path: &Path,
+    seen: SystemTime,
+) -> Result<Option<(SignedCapability, SystemTime)>> {
+    let modified = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .with_context(|| format!("capability file {}", path.display()))?;
+    if modified == seen {
+        return Ok(None);
+    }
+    read_capability(path).map(Some)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dpufs_fabric::session::{AgentKey, Capability, Rights};
 
     #[test]
     fn parses_and_prints_specs() {
         let spec: BackendSpec = "local:/srv/vol".parse().unwrap();
         assert_eq!(spec, BackendSpec::Local("/srv/vol".into()));
         assert_eq!(spec.to_string(), "local:/srv/vol");
+        let spec: BackendSpec = "engine:127.0.0.1:4000".parse().unwrap();
+        assert_eq!(spec, BackendSpec::Engine("127.0.0.1:4000".parse().unwrap()));
+        assert_eq!(spec.to_string(), "engine:127.0.0.1:4000");
         assert!("local:".parse::<BackendSpec>().is_err());
         assert!("/srv/vol".parse::<BackendSpec>().is_err());
         assert!("engine2:x".parse::<BackendSpec>().is_err());
+        assert!("engine:localhost".parse::<BackendSpec>().is_err());
+    }
+
+    fn write_cap(path: &Path, ttl: Duration) {
+        let key = AgentKey::generate().unwrap();
+        let claims = Capability::new("t", "v", "p", "c", Rights::READ_WRITE, ttl);
+        std::fs::write(path, key.sign(&claims).unwrap().to_hex()).unwrap();
+    }
+
+    #[test]
+    fn capability_files_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cap");
+        let err = read_capability(&path).unwrap_err();
+        assert!(format!("{err:#}").contains("capability file"), "{err:#}");
+        std::fs::write(&path, "zz").unwrap();
+        let err = read_capability(&path).unwrap_err();
+        assert!(format!("{err:#}").contains("not hex"), "{err:#}");
+        write_cap(&path, Duration::ZERO);
+        let err = read_capability(&path).unwrap_err();
+        assert!(format!("{err:#}").contains("expired"), "{err:#}");
+        write_cap(&path, Duration::from_secs(60));
+        let (cap, seen) = read_capability(&path).unwrap();
+        assert_eq!(cap.claims().unwrap().volume, "v");
+        assert!(changed_capability(&path, seen).unwrap().is_none());
+        assert!(
+            changed_capability(&path, SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn engine_backend_needs_a_capability() {
+        let opts = FabricOptions {
+            capability: None,
+            device: DeviceOptions::new("unused"),
+        };
+        let err = open_backend(&"engine:127.0.0.1:1".parse().unwrap(), &opts).unwrap_err();
+        assert!(format!("{err:#}").contains("--capability"), "{err:#}");
     }
 }

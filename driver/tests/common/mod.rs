@@ -5,6 +5,7 @@
 
 use dpufs_csi::worker::control;
 use dpufs_csi::worker::fusedev;
+use dpufs_e2e::volume::EngineVolume;
 use serde_json::{Value, json};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -78,6 +79,52 @@ pub fn control(state_dir: &Path, op: &str) -> Value {
         .unwrap_or_else(|e| panic!("control {op}: {e}"))
 }
 
+/// What a worker serves: its `--backend` and related arguments.
+pub trait Backing {
+    fn worker_args(&self) -> Vec<String>;
+}
+
+/// A local directory (`--backend local:<dir>`).
+impl Backing for Path {
+    fn worker_args(&self) -> Vec<String> {
+        vec!["--backend".into(), format!("local:{}", self.display())]
+    }
+}
+
+/// A container of a real engine process, reached over the software fabric with a
+/// capability file.
+pub struct EngineBacking {
+    pub volume: EngineVolume,
+    pub capability_file: PathBuf,
+}
+
+impl EngineBacking {
+    /// An engine with a 4 GiB pool and one container.
+    pub fn start() -> EngineBacking {
+        let volume = EngineVolume::start(1, 4 << 30);
+        let capability_file = volume.write_capability("capability", &volume.capability());
+        EngineBacking {
+            volume,
+            capability_file,
+        }
+    }
+}
+
+impl Backing for EngineBacking {
+    fn worker_args(&self) -> Vec<String> {
+        self.volume.worker_args(&self.capability_file)
+    }
+}
+
+/// Ready-made worker arguments (e.g. an engine volume with another capability file).
+pub struct EngineArgs(pub Vec<String>);
+
+impl Backing for EngineArgs {
+    fn worker_args(&self) -> Vec<String> {
+        self.0.clone()
+    }
+}
+
 /// Options of a worker started by a test.
 #[derive(Clone, Debug, Default)]
 pub struct Opts {
@@ -98,9 +145,9 @@ pub struct WorkerProc {
 }
 
 impl WorkerProc {
-    /// Starts `dpufs-csi worker --backend local:<backing>` mounting at a fresh directory
-    /// (or serving `opts.fuse_fd`), and waits until its control socket answers.
-    pub fn start(backing: &Path, opts: Opts) -> WorkerProc {
+    /// Starts `dpufs-csi worker` on `backing` mounting at a fresh directory (or serving
+    /// `opts.fuse_fd`), and waits until its control socket answers.
+    pub fn start(backing: &(impl Backing + ?Sized), opts: Opts) -> WorkerProc {
         let mnt = tempdir("dpufs-mnt-");
         let state = tempdir("dpufs-state-");
         let mountpoint = mnt.path().to_path_buf();
@@ -110,7 +157,7 @@ impl WorkerProc {
 
     /// Like [`WorkerProc::start`] with given directories.
     pub fn start_at(
-        backing: &Path,
+        backing: &(impl Backing + ?Sized),
         mountpoint: &Path,
         state_dir: &Path,
         opts: Opts,
@@ -118,8 +165,7 @@ impl WorkerProc {
     ) -> WorkerProc {
         let mut cmd = Command::new(worker_bin());
         cmd.arg("worker")
-            .arg("--backend")
-            .arg(format!("local:{}", backing.display()))
+            .args(backing.worker_args())
             .arg("--state-dir")
             .arg(state_dir)
             .arg("--mountpoint")

@@ -27,6 +27,8 @@ pub struct FabricOptions {
     pub device: DeviceOptions,
     /// PEM files of the node agents' public keys whose capabilities are honoured.
     pub agent_keys: Vec<PathBuf>,
+    /// Clock skew between agents and this engine tolerated when checking expiry.
+    pub clock_skew: std::time::Duration,
 }
 
 /// Errors starting the data service.
@@ -62,6 +64,7 @@ pub fn serve(
     };
     let config = ServerConfig {
         max_bulk: MAX_IO,
+        clock_skew: opts.clock_skew,
         ..ServerConfig::default()
     };
     let server = SessionServer::bind(device, opts.listen, trusted, handler, config)?;

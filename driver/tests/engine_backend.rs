@@ -1,0 +1,118 @@
+//! A worker serving an engine container over the fabric (`--backend engine:<addr>`): the mount
+//! outlives an engine crash (the tenant session reconnects, nothing fsync'd is lost), the
+//! capability file is renewed in place and presented at the next reconnect, an expired one is
+//! refused there, and a worker holding an untrusted capability does not start.
+
+mod common;
+
+use common::{EngineBacking, Opts, WorkerProc, can_mount, errno_of, tempdir, worker_bin};
+use dpufs_fabric::session::{AgentKey, Rights};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// Every read and write reaches the worker (and so the engine).
+fn uncached() -> Opts {
+    Opts {
+        args: vec!["--data-cache".into(), "off".into()],
+        fuse_fd: None,
+    }
+}
+
+fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(path)?;
+    f.write_all(data)?;
+    f.sync_all()
+}
+
+fn body(seed: u8) -> Vec<u8> {
+    (0..(3 << 20) + 17)
+        .map(|i| (i as u8).wrapping_mul(seed))
+        .collect()
+}
+
+#[test]
+fn the_mount_survives_an_engine_crash() {
+    if !can_mount() {
+        return;
+    }
+    let mut backing = EngineBacking::start();
+    let w = WorkerProc::start(&backing, uncached());
+    write_synced(&w.path("before"), &body(3)).unwrap();
+    backing.volume.engine.crash_and_restart().unwrap();
+    assert_eq!(std::fs::read(w.path("before")).unwrap(), body(3));
+    write_synced(&w.path("after"), &body(5)).unwrap();
+    assert_eq!(std::fs::read(w.path("after")).unwrap(), body(5));
+    let names: Vec<_> = std::fs::read_dir(&w.mountpoint)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+}
+
+#[test]
+fn a_renewed_capability_is_presented_at_reconnect_and_an_expired_one_is_refused() {
+    if !can_mount() {
+        return;
+    }
+    let mut backing = EngineBacking::start();
+    let vol = &backing.volume;
+    let short = || vol.capability_by(&vol.agent, Rights::READ_WRITE, Duration::from_secs(2));
+    let renewed_file = vol.write_capability("renewed", &short());
+    let expiring_file = vol.write_capability("expiring", &short());
+    let renewed = WorkerProc::start(
+        &common::EngineArgs(vol.worker_args(&renewed_file)),
+        uncached(),
+    );
+    let expiring = WorkerProc::start(
+        &common::EngineArgs(vol.worker_args(&expiring_file)),
+        uncached(),
+    );
+    write_synced(&renewed.path("r"), b"renewed").unwrap();
+    write_synced(&expiring.path("e"), b"expiring").unwrap();
+    // The agent renews one of them; both short ones expire.
+    vol.write_capability("renewed", &vol.capability());
+    std::thread::sleep(Duration::from_secs(4));
+    backing.volume.engine.crash_and_restart().unwrap();
+    // Reconnecting presents the file's current capability.
+    assert_eq!(std::fs::read(renewed.path("r")).unwrap(), b"renewed");
+    write_synced(&renewed.path("r2"), b"more").unwrap();
+    // The expired one is refused at the handshake: an error, not a hang.
+    let err = std::fs::read(expiring.path("e")).unwrap_err();
+    let errno = errno_of(&err);
+    assert!(errno == "EACCES" || errno == "EIO", "{err}");
+}
+
+#[test]
+fn a_capability_the_engine_does_not_trust_stops_the_worker_at_start() {
+    if !can_mount() {
+        return;
+    }
+    let backing = EngineBacking::start();
+    let vol = &backing.volume;
+    let stranger = AgentKey::generate().unwrap();
+    let cap = vol.capability_by(&stranger, Rights::READ_WRITE, Duration::from_secs(600));
+    let file = vol.write_capability("stranger", &cap);
+    let mnt = tempdir("dpufs-mnt-");
+    let state = tempdir("dpufs-state-");
+    let out = Command::new(worker_bin())
+        .arg("worker")
+        .args(vol.worker_args(&file))
+        .arg("--mountpoint")
+        .arg(mnt.path())
+        .arg("--state-dir")
+        .arg(state.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("refused"), "{stderr}");
+    assert!(!common::is_fuse_mount(mnt.path()), "nothing stays mounted");
+}
