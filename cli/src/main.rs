@@ -103,10 +103,12 @@ enum Command {
     /// System members (ranks): query, stop, start.
     #[command(subcommand)]
     System(system::SystemCmd),
-    /// Runs the local stack (engine, default pool and container) until Ctrl-C.
+    /// Runs the local stack (engine, default pool and container mounted at ./mnt) until Ctrl-C.
     Up(up::UpArgs),
     /// Stops what an interrupted `dpufs up` left running.
     Down(up::DownArgs),
+    /// What the local stack of `dpufs up` runs: engine, pools, containers, worker, mount.
+    Status(up::StatusArgs),
     /// DAOS certificates for development clusters and tests.
     #[command(subcommand)]
     Certs(certs::CertsCmd),
@@ -144,6 +146,7 @@ async fn run(cli: Cli, target: &Target) -> anyhow::Result<()> {
         Command::System(cmd) => system::run(cmd, &client()?, out).await,
         Command::Up(args) => up::up(args, &g.system).await,
         Command::Down(args) => up::down(args).await,
+        Command::Status(args) => up::status(args, &g.system, out).await,
         Command::Certs(cmd) => certs::run(cmd, out),
         Command::Bench(args) => bench::run(args).await,
     }

@@ -441,11 +441,37 @@ impl Drop for Up {
     }
 }
 
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root() && Path::new("/dev/fuse").exists()
+}
+
+fn mounted(path: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let want = path.to_str().unwrap();
+    info.lines().any(|l| l.split(' ').nth(4) == Some(want))
+}
+
+fn pid_in(file: &Path) -> u32 {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie has no command line.
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| !c.is_empty())
+}
+
 #[test]
 fn up_runs_the_stack_until_stopped() {
     dpufs_e2e::binary("dpufs-engine", "dpufs-engine");
+    dpufs_e2e::binary("dpufs-csi", "dpufs-csi");
     let cwd = tempfile::tempdir().unwrap();
     let state = cwd.path().join(".dpufs");
+    let mnt = cwd.path().join("mnt");
+    let mounts = is_root();
 
     let mut up = Up::start(cwd.path());
     let progress = up.until("Ctrl-C stops the stack");
@@ -460,11 +486,6 @@ fn up_runs_the_stack_until_stopped() {
             .any(|l| l.starts_with("✓ container default")),
         "{progress:#?}"
     );
-    assert!(
-        progress
-            .iter()
-            .any(|l| l.contains("FUSE mount") && l.contains("not available yet"))
-    );
 
     // Commands run here find the engine through .dpufs/endpoint, and need
     // no --insecure for it.
@@ -475,12 +496,43 @@ fn up_runs_the_stack_until_stopped() {
     assert_eq!(labels(&conts), ["default"]);
     assert_eq!(conts[0]["properties"]["4098"], 1, "POSIX layout");
 
+    let mut worker_pid = None;
+    if mounts {
+        assert!(
+            progress.iter().any(|l| l.starts_with("✓ volume worker")),
+            "{progress:#?}"
+        );
+        // The container is mounted: 64 MiB round-trip byte-exact through it.
+        let data: Vec<u8> = (0..64u32 << 20)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        std::fs::write(mnt.join("blob"), &data).unwrap();
+        assert!(
+            std::fs::read(mnt.join("blob")).unwrap() == data,
+            "64 MiB differ"
+        );
+        let status = dpufs_in(cwd.path(), &["status", "--json"]).json();
+        assert_eq!(status["mount"]["fstype"], "fuse.dpufs", "{status}");
+        assert_eq!(status["worker_health"]["state"], "serving", "{status}");
+        assert!(status["worker_stats"]["bytes_written"].as_u64().unwrap() >= 64 << 20);
+        worker_pid = Some(pid_in(&state.join("worker.pid")));
+    } else {
+        assert!(progress.iter().any(|l| l.contains("no FUSE mount")));
+    }
+    let engine_pid = pid_in(&state.join("engine.pid"));
+
     up.signal(rustix::process::Signal::INT);
     up.until("stopped");
     assert!(up.child.wait().unwrap().success());
     assert!(!state.join("endpoint").exists() && !state.join("engine.pid").exists());
+    // Nothing left behind: no mount, no process.
+    assert!(!mounted(&mnt), "Ctrl-C leaves no mount");
+    assert!(!alive(engine_pid), "Ctrl-C leaves no engine");
+    assert!(!worker_pid.is_some_and(alive), "Ctrl-C leaves no worker");
+    dpufs_in(cwd.path(), &["status"]).fails_with("nothing of `dpufs up` runs");
 
-    // A second run reuses the pool; killed hard, it leaves its engine for `down`.
+    // A second run reuses the pool and finds the data; killed hard, it leaves its
+    // engine, worker and mount for `down`.
     let mut up = Up::start(cwd.path());
     let progress = up.until("Ctrl-C stops the stack");
     assert!(
@@ -489,16 +541,13 @@ fn up_runs_the_stack_until_stopped() {
             .any(|l| l.contains(&uuid) && l.ends_with("reused")),
         "{progress:#?}"
     );
-    let engine_pid: u32 = std::fs::read_to_string(state.join("engine.pid"))
-        .unwrap()
-        .parse()
-        .unwrap();
+    if mounts {
+        assert_eq!(std::fs::metadata(mnt.join("blob")).unwrap().len(), 64 << 20);
+    }
+    let engine_pid = pid_in(&state.join("engine.pid"));
     up.signal(rustix::process::Signal::KILL);
     up.child.wait().unwrap();
-    assert!(
-        Path::new(&format!("/proc/{engine_pid}")).exists(),
-        "engine outlives a killed up"
-    );
+    assert!(alive(engine_pid), "engine outlives a killed up");
     let down = dpufs_in(cwd.path(), &["down"]);
     assert_eq!(down.code, 0, "{}", down.stderr);
     assert!(
@@ -507,7 +556,57 @@ fn up_runs_the_stack_until_stopped() {
         "{}",
         down.stdout
     );
+    if mounts {
+        assert!(
+            down.stdout.contains("stopped the volume worker"),
+            "{}",
+            down.stdout
+        );
+    }
+    assert!(!mounted(&mnt), "down leaves no mount");
+    assert!(!alive(engine_pid));
     assert!(!state.join("endpoint").exists() && !state.join("engine.pid").exists());
+}
+
+/// A dead worker (kill -9) leaves a dead FUSE mount; `down` detaches it.
+#[test]
+fn down_detaches_the_mount_of_a_killed_worker() {
+    if !is_root() {
+        return;
+    }
+    dpufs_e2e::binary("dpufs-engine", "dpufs-engine");
+    dpufs_e2e::binary("dpufs-csi", "dpufs-csi");
+    let cwd = tempfile::tempdir().unwrap();
+    let state = cwd.path().join(".dpufs");
+    let mnt = cwd.path().join("mnt");
+    let mut up = Up::start(cwd.path());
+    up.until("Ctrl-C stops the stack");
+    up.signal(rustix::process::Signal::KILL);
+    up.child.wait().unwrap();
+    let worker = pid_in(&state.join("worker.pid"));
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(worker as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    while alive(worker) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        mounted(&mnt),
+        "the dead mount stays until someone removes it"
+    );
+    // `up` refuses to start over it.
+    let again = dpufs_in(cwd.path(), &["up"]);
+    again.fails_with("dpufs down");
+    let down = dpufs_in(cwd.path(), &["down"]);
+    assert_eq!(down.code, 0, "{}", down.stderr);
+    assert!(
+        down.stdout.contains("detached the mount"),
+        "{}",
+        down.stdout
+    );
+    assert!(!mounted(&mnt));
 }
 
 #[test]

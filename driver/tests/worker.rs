@@ -535,3 +535,59 @@ mod xattr {
         Ok(buf)
     }
 }
+
+/// File capabilities are not supported: the kernel's per-write check for them is answered by
+/// the worker, and setting one fails clearly.
+#[test]
+fn file_capabilities_are_refused_and_answered_without_the_backend() {
+    if !can_mount() {
+        return;
+    }
+    let backing = tempdir("dpufs-w-backing-");
+    let w = WorkerProc::start(backing.path(), Default::default());
+    std::fs::write(w.path("f"), b"x").unwrap();
+    let path = CString::new(w.path("f").as_os_str().as_bytes()).unwrap();
+    // A version-2 capability set with no capabilities: well formed.
+    let value = [0u8, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    // SAFETY: valid NUL-terminated strings and a buffer of the given length.
+    let r = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            c"security.capability".as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    assert_eq!(r, -1);
+    assert_eq!(errno_of(&std::io::Error::last_os_error()), "EOPNOTSUPP");
+    let mut buf = [0u8; 64];
+    // SAFETY: as above.
+    let r = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            c"security.capability".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    assert_eq!(r, -1);
+    assert_eq!(errno_of(&std::io::Error::last_os_error()), "ENODATA");
+    // Other attributes still reach the backend.
+    xattr_roundtrip(&path, c"user.kept");
+}
+
+fn xattr_roundtrip(path: &CString, name: &std::ffi::CStr) {
+    // SAFETY: valid NUL-terminated strings and buffers of the given lengths.
+    unsafe {
+        assert_eq!(
+            libc::setxattr(path.as_ptr(), name.as_ptr(), b"v".as_ptr().cast(), 1, 0),
+            0
+        );
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 8),
+            1
+        );
+    }
+}

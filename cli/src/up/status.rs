@@ -1,0 +1,180 @@
+//! `dpufs status`: what the local stack runs — engine, pools, containers, the volume worker
+//! and its mount — from the state directory, the management API and the worker's control
+//! socket.
+
+use super::state::{
+    ENDPOINT, ENGINE, ENGINE_PID, MOUNT, StateDir, WORKER, WORKER_PID, mounted_fstype,
+};
+use super::volume::control;
+use crate::output::{Out, Table, bytes};
+use clap::Args;
+use dpufs_daos::{ContainerAdmin, EngineContainers};
+use serde::Serialize;
+use serde_json::Value;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The directory `dpufs up` uses.
+    #[arg(long, default_value = super::DEFAULT_DIR)]
+    data_dir: PathBuf,
+}
+
+#[derive(Debug, Serialize)]
+struct Status {
+    engine: Option<Process>,
+    pools: Vec<PoolStatus>,
+    worker: Option<Process>,
+    /// The worker's health and counters, from its control socket.
+    worker_health: Option<Value>,
+    worker_stats: Option<Value>,
+    mount: Option<MountStatus>,
+}
+
+#[derive(Debug, Serialize)]
+struct Process {
+    pid: u32,
+    endpoint: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct PoolStatus {
+    label: String,
+    uuid: String,
+    containers: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct MountStatus {
+    path: PathBuf,
+    /// The file system mounted there, if any.
+    fstype: Option<String>,
+}
+
+/// Prints the stack's status; an error when nothing of it runs.
+pub async fn status(args: StatusArgs, system: &str, out: Out) -> anyhow::Result<()> {
+    let state = StateDir::new(&args.data_dir);
+    let engine = state.running(ENGINE_PID, ENGINE).map(|pid| Process {
+        pid,
+        endpoint: state.recorded(ENDPOINT),
+    });
+    let pools = match engine.as_ref().and_then(|e| e.endpoint.as_deref()) {
+        Some(endpoint) => pools(endpoint, system).await?,
+        None => Vec::new(),
+    };
+    let worker = state.running(WORKER_PID, WORKER).map(|pid| Process {
+        pid,
+        endpoint: None,
+    });
+    let socket = state.volume().join("control.sock");
+    let (worker_health, worker_stats) = match worker {
+        Some(_) => (
+            control(&socket, "health").await.ok(),
+            control(&socket, "stats")
+                .await
+                .ok()
+                .map(|v| v["stats"].clone()),
+        ),
+        None => (None, None),
+    };
+    let mount = state.recorded(MOUNT).map(|path| {
+        let path = PathBuf::from(path);
+        MountStatus {
+            fstype: mounted_fstype(&path),
+            path,
+        }
+    });
+    let status = Status {
+        engine,
+        pools,
+        worker,
+        worker_health,
+        worker_stats,
+        mount,
+    };
+    let nothing = status.engine.is_none() && status.worker.is_none();
+    out.show(&status, print)?;
+    if nothing {
+        anyhow::bail!(
+            "nothing of `dpufs up` runs (state in {}); start it with `dpufs up`",
+            state.dir.display()
+        );
+    }
+    Ok(())
+}
+
+async fn pools(endpoint: &str, system: &str) -> anyhow::Result<Vec<PoolStatus>> {
+    let mgmt = crate::connect(None, endpoint, system)?;
+    let admin = EngineContainers::new(&mgmt);
+    let mut out = Vec::new();
+    for pool in mgmt.list_pools().await? {
+        let containers = admin
+            .list(&pool.uuid)
+            .await?
+            .into_iter()
+            .map(|c| format!("{} ({})", c.label, c.uuid))
+            .collect();
+        out.push(PoolStatus {
+            label: pool.label,
+            uuid: pool.uuid,
+            containers,
+        });
+    }
+    Ok(out)
+}
+
+fn print(s: &Status) {
+    let process = |p: &Option<Process>| match p {
+        Some(p) => format!(
+            "running (pid {}{})",
+            p.pid,
+            p.endpoint
+                .as_deref()
+                .map_or(String::new(), |e| format!(", {e}"))
+        ),
+        None => "not running".into(),
+    };
+    let mut fields = vec![("engine", process(&s.engine))];
+    for pool in &s.pools {
+        fields.push(("pool", format!("{} ({})", pool.label, pool.uuid)));
+        for c in &pool.containers {
+            fields.push(("  container", c.clone()));
+        }
+    }
+    fields.push(("volume worker", process(&s.worker)));
+    if let Some(h) = &s.worker_health {
+        fields.push((
+            "  state",
+            format!(
+                "{}, {} reader threads, {} requests in flight",
+                h["state"].as_str().unwrap_or("?"),
+                h["threads_alive"],
+                h["in_flight"]
+            ),
+        ));
+    }
+    if let Some(st) = &s.worker_stats {
+        let n = |k: &str| st[k].as_u64().unwrap_or(0);
+        // Errors answered to the kernel, by errno (ENOENT of lookups among them).
+        let errors: u64 = st["errors"]
+            .as_object()
+            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
+        fields.push((
+            "  traffic",
+            format!(
+                "{} read, {} written, {errors} error replies",
+                bytes(n("bytes_read")),
+                bytes(n("bytes_written")),
+            ),
+        ));
+    }
+    let mount = match &s.mount {
+        Some(m) => match &m.fstype {
+            Some(t) => format!("{} ({t})", m.path.display()),
+            None => format!("{} (not mounted)", m.path.display()),
+        },
+        None => "none".into(),
+    };
+    fields.push(("mount", mount));
+    Table::fields(fields).print();
+}
