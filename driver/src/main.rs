@@ -2,6 +2,7 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
+use dpufs_csi::keeper::Keeper;
 use dpufs_csi::worker::backend::{BackendSpec, FabricOptions, open_backend};
 use dpufs_csi::worker::fs::{AccessMode, FsConfig};
 use dpufs_csi::worker::privilege::Limits;
@@ -20,11 +21,24 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Serve one volume through FUSE (one worker per tenant volume and node).
-    Worker(WorkerArgs),
+    Worker(Box<WorkerArgs>),
+    /// The node's mount keeper: mounts volumes, holds their connections, hands them to
+    /// workers and replaces workers that die.
+    Keeper(KeeperArgs),
 }
 
 #[derive(Args, Debug)]
-#[command(group = clap::ArgGroup::new("fuse").required(true).multiple(true).args(["mountpoint", "fuse_fd"]))]
+struct KeeperArgs {
+    /// The keeper's socket (keeper.sock) and the workers' state directories.
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// The worker binary (default: this one).
+    #[arg(long)]
+    worker_binary: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("fuse").required(true).multiple(true).args(["mountpoint", "fuse_fd", "keeper"]))]
 struct WorkerArgs {
     /// The DFS to serve: `local:<dir>` (a local directory) or `engine:<ip>:<port>` (the
     /// container named by --capability, on the engine data service at that fabric address).
@@ -46,8 +60,14 @@ struct WorkerArgs {
     #[arg(long)]
     mountpoint: Option<PathBuf>,
     /// Serve this inherited, already mounted /dev/fuse descriptor instead of mounting.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "keeper")]
     fuse_fd: Option<i32>,
+    /// Take the volume's connection from the mount keeper at this socket.
+    #[arg(long, requires = "volume", conflicts_with = "mountpoint")]
+    keeper: Option<PathBuf>,
+    /// The volume to take from the keeper.
+    #[arg(long, requires = "keeper")]
+    volume: Option<String>,
     /// Control socket (control.sock) and state files.
     #[arg(long)]
     state_dir: PathBuf,
@@ -134,6 +154,10 @@ fn worker(a: WorkerArgs) -> Result<()> {
         writeback_cache: a.writeback_cache,
     };
     let source = match (a.fuse_fd, a.mountpoint) {
+        _ if a.keeper.is_some() => FuseSource::Keeper {
+            socket: a.keeper.clone().unwrap_or_default(),
+            volume: a.volume.clone().unwrap_or_default(),
+        },
         (Some(fd), mountpoint) => FuseSource::Fd { fd, mountpoint },
         (None, Some(mp)) => FuseSource::Mount(mp),
         (None, None) => unreachable!("clap requires one"),
@@ -180,6 +204,16 @@ fn worker(a: WorkerArgs) -> Result<()> {
     w.wait()
 }
 
+fn keeper(a: KeeperArgs) -> Result<()> {
+    // SAFETY: ignoring SIGPIPE: clients may hang up before their answer.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let binary = match a.worker_binary {
+        Some(b) => b,
+        None => std::env::current_exe().context("locating this executable")?,
+    };
+    Keeper::new(&a.state_dir, binary)?.run()
+}
+
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -191,7 +225,8 @@ fn main() {
         .init();
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Worker(a) => worker(a),
+        Cmd::Worker(a) => worker(*a),
+        Cmd::Keeper(a) => keeper(a),
     };
     if let Err(e) = r {
         eprintln!("dpufs-csi: {e:#}");

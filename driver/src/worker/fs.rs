@@ -19,6 +19,7 @@
 
 use super::backend::ForgetHook;
 use super::stats::{Op, Stats};
+use crate::keeper::handover::{HANDOVER_VERSION, HandoverError, SessionConfig, SessionRecord};
 use dpufs_daos::dfs::{
     Attr, Dfs, DfsError, Errno, Oid, ROOT_OID, S_IFDIR, S_IFMT, S_IFREG, SetAttr, TimeSet,
     Timespec, XattrMode,
@@ -54,7 +55,8 @@ const FOPEN_NOFLUSH: u32 = 1 << 5;
 const FOPEN_PARALLEL_DIRECT_WRITES: u32 = 1 << 6;
 
 /// Who may change the volume's data, which decides what the kernel may cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum AccessMode {
     /// Writers on several nodes (RWX): close-to-open consistency. The page cache of a file
     /// is dropped at every open and whenever its size or mtime is seen to change.
@@ -447,28 +449,34 @@ impl DfsFs {
         let Some(path) = &self.session_record else {
             return;
         };
-        let record = serde_json::json!({
-            "version": 1,
-            "offered": offered.bits(),
-            "enabled": enabled.bits(),
-            "offered_names": format!("{offered:?}"),
-            "enabled_names": format!("{enabled:?}"),
-            "max_write": 1u32 << 20,
-            "config": {
-                "attr_ttl_secs": self.cfg.attr_ttl.as_secs_f64(),
-                "entry_ttl_secs": self.cfg.entry_ttl.as_secs_f64(),
-                "negative_ttl_secs": self.cfg.negative_ttl.as_secs_f64(),
-                "data_cache": self.cfg.data_cache,
-                "access": format!("{:?}", self.cfg.access),
-                "writeback_cache": self.cfg.writeback_cache,
-            },
-        });
-        if let Err(e) = super::write_atomic(path, record.to_string().as_bytes()) {
+        let record = SessionRecord {
+            version: HANDOVER_VERSION,
+            offered: offered.bits(),
+            enabled: enabled.bits(),
+            max_write: super::fusedev::MAX_PAYLOAD as u32,
+            config: SessionConfig::of(&self.cfg),
+        };
+        let text = serde_json::to_string_pretty(&record).expect("a record serializes");
+        if let Err(e) = super::write_atomic(path, text.as_bytes()) {
             tracing::warn!(
                 "cannot record the negotiated session in {}: {e}",
                 path.display()
             );
         }
+    }
+
+    /// Takes over a connection another worker initialised: what it negotiated is ours now
+    /// (INIT will not come again).
+    pub fn restore(&self, record: &SessionRecord) -> Result<(), HandoverError> {
+        record.check(&self.cfg)?;
+        self.negotiated
+            .offered
+            .store(record.offered, Ordering::Relaxed);
+        self.negotiated
+            .enabled
+            .store(record.enabled, Ordering::Relaxed);
+        self.negotiated.done.store(true, Ordering::Release);
+        Ok(())
     }
 
     fn zero_range(&self, oid: Oid, offset: u64, end: u64) -> io::Result<()> {

@@ -44,6 +44,9 @@ pub enum FuseSource {
         /// Where the connection is mounted.
         mountpoint: Option<PathBuf>,
     },
+    /// Take the volume's connection from the mount keeper listening on `socket`, with what
+    /// its INIT negotiated (see [`crate::keeper`]).
+    Keeper { socket: PathBuf, volume: String },
 }
 
 /// Everything a worker needs to start.
@@ -177,7 +180,8 @@ impl Worker {
         }
         if cfg.run_as.is_some() && matches!(cfg.source, FuseSource::Mount(_)) {
             bail!(
-                "--uid/--gid need --fuse-fd: a worker that mounts must keep the privilege to unmount"
+                "--uid/--gid need --fuse-fd or --keeper: a worker that mounts must keep the \
+                 privilege to unmount"
             );
         }
         std::fs::create_dir_all(&cfg.state_dir)
@@ -186,6 +190,7 @@ impl Worker {
         let session_record = cfg.state_dir.join("session.json");
 
         // 1. The connection.
+        let mut session = None;
         let (master, owned_mount, mountpoint) = match &cfg.source {
             FuseSource::Mount(mp) => {
                 let mp = mp
@@ -207,6 +212,12 @@ impl Worker {
                 None,
                 mountpoint.clone(),
             ),
+            FuseSource::Keeper { socket, volume } => {
+                let (handover, fd) = crate::keeper::take_over(socket, volume)
+                    .with_context(|| format!("take volume {volume} from the keeper"))?;
+                session = handover.session;
+                (fd, None, Some(handover.mountpoint))
+            }
         };
         // From here on a failure must not leave our own mount behind.
         let cleanup = |e: anyhow::Error| -> anyhow::Error {
@@ -290,6 +301,9 @@ impl Worker {
             stats.clone(),
             Some(session_record),
         );
+        if let Some(record) = &session {
+            fs.restore(record).context("the handover's session")?;
+        }
         let negotiated = fs.negotiated();
         let server = Arc::new(Server::new(Arc::new(fs)));
         let shared = Arc::new(Shared {

@@ -1,0 +1,175 @@
+//! The handover: what a worker taking over a live FUSE connection is given with its
+//! descriptor. Versioned; a worker accepts every version up to its own and refuses newer ones
+//! (a keeper is upgraded after its workers, never before).
+//!
+//! Version 1 (JSON):
+//! `{"version":1,"volume":"…","mountpoint":"/…","session":{…}|null}`, where `session` is what
+//! the connection's INIT negotiated ([`SessionRecord`], the `session.json` the first worker
+//! wrote), or null when no worker has answered INIT yet.
+
+use crate::worker::fs::{AccessMode, FsConfig};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The newest handover version this build speaks.
+pub const HANDOVER_VERSION: u32 = 1;
+
+/// Errors decoding a handover.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum HandoverError {
+    #[error(
+        "handover version {0} is newer than this worker's ({HANDOVER_VERSION}): upgrade the worker binary before the keeper"
+    )]
+    TooNew(u32),
+    #[error("malformed handover: {0}")]
+    Malformed(String),
+    #[error(
+        "the connection was negotiated {negotiated}, this worker is configured {configured}: \
+         start it with the same caching flags"
+    )]
+    Mismatch {
+        negotiated: String,
+        configured: String,
+    },
+}
+
+/// What a taking-over worker is told.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Handover {
+    pub version: u32,
+    pub volume: String,
+    pub mountpoint: PathBuf,
+    pub session: Option<SessionRecord>,
+}
+
+/// What INIT negotiated on a connection, and the caching the kernel was promised.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub version: u32,
+    /// FUSE flags the kernel offered, and those in use.
+    pub offered: u64,
+    pub enabled: u64,
+    pub max_write: u32,
+    pub config: SessionConfig,
+}
+
+/// The caching settings in effect on the connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionConfig {
+    pub attr_ttl_secs: f64,
+    pub entry_ttl_secs: f64,
+    pub negative_ttl_secs: f64,
+    pub data_cache: bool,
+    pub access: AccessMode,
+    pub writeback_cache: bool,
+}
+
+impl SessionConfig {
+    pub fn of(cfg: &FsConfig) -> SessionConfig {
+        SessionConfig {
+            attr_ttl_secs: cfg.attr_ttl.as_secs_f64(),
+            entry_ttl_secs: cfg.entry_ttl.as_secs_f64(),
+            negative_ttl_secs: cfg.negative_ttl.as_secs_f64(),
+            data_cache: cfg.data_cache,
+            access: cfg.access,
+            writeback_cache: cfg.writeback_cache,
+        }
+    }
+}
+
+impl SessionRecord {
+    /// A successor must keep what the kernel relies on: the writeback cache (dirty pages are
+    /// flushed by the kernel on its own schedule) and read-only-ness.
+    pub fn check(&self, cfg: &FsConfig) -> Result<(), HandoverError> {
+        let now = SessionConfig::of(cfg);
+        let key = |c: &SessionConfig| {
+            format!(
+                "with writeback cache {}, access {:?}",
+                if c.writeback_cache { "on" } else { "off" },
+                c.access
+            )
+        };
+        if key(&now) != key(&self.config) {
+            return Err(HandoverError::Mismatch {
+                negotiated: key(&self.config),
+                configured: key(&now),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Handover {
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).expect("a handover serializes")
+    }
+
+    /// Decodes any version up to [`HANDOVER_VERSION`].
+    pub fn decode(text: &str) -> Result<Handover, HandoverError> {
+        #[derive(Deserialize)]
+        struct Version {
+            version: u32,
+        }
+        let v: Version =
+            serde_json::from_str(text).map_err(|e| HandoverError::Malformed(e.to_string()))?;
+        if v.version > HANDOVER_VERSION {
+            return Err(HandoverError::TooNew(v.version));
+        }
+        serde_json::from_str(text).map_err(|e| HandoverError::Malformed(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The version-1 message as a keeper of that version sent it (kept byte for byte).
+    const V1_FIXTURE: &str = include_str!("../../tests/fixtures/handover-v1.json");
+
+    fn fs_config() -> FsConfig {
+        FsConfig {
+            attr_ttl: std::time::Duration::from_secs(1),
+            entry_ttl: std::time::Duration::from_secs(1),
+            negative_ttl: std::time::Duration::ZERO,
+            data_cache: true,
+            access: AccessMode::MultiWriter,
+            writeback_cache: false,
+        }
+    }
+
+    #[test]
+    fn the_version_1_fixture_is_accepted() {
+        let h = Handover::decode(V1_FIXTURE).unwrap();
+        assert_eq!(h.version, 1);
+        assert_eq!(h.volume, "vol-1");
+        let s = h.session.expect("a negotiated session");
+        assert_eq!(s.max_write, 1 << 20);
+        assert!(s.enabled != 0 && s.enabled & !s.offered == 0);
+        s.check(&fs_config()).unwrap();
+    }
+
+    #[test]
+    fn newer_versions_and_garbage_are_refused() {
+        let newer = V1_FIXTURE.replacen("\"version\": 1", "\"version\": 2", 1);
+        assert_eq!(Handover::decode(&newer), Err(HandoverError::TooNew(2)));
+        assert!(matches!(
+            Handover::decode("{"),
+            Err(HandoverError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn a_successor_must_keep_the_writeback_cache_setting() {
+        let s = Handover::decode(V1_FIXTURE).unwrap().session.unwrap();
+        let mut cfg = fs_config();
+        cfg.writeback_cache = true;
+        cfg.access = AccessMode::SingleWriter;
+        assert!(matches!(s.check(&cfg), Err(HandoverError::Mismatch { .. })));
+    }
+
+    #[test]
+    fn encoding_round_trips() {
+        let h = Handover::decode(V1_FIXTURE).unwrap();
+        assert_eq!(Handover::decode(&h.encode()).unwrap(), h);
+    }
+}
