@@ -49,6 +49,11 @@ pub struct SessionRecord {
     /// FUSE flags the kernel offered, and those in use.
     pub offered: u64,
     pub enabled: u64,
+    /// The same flags by name, for people reading the record (ignored when decoding).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub offered_names: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub enabled_names: String,
     pub max_write: u32,
     pub config: SessionConfig,
 }

@@ -453,6 +453,8 @@ impl DfsFs {
             version: HANDOVER_VERSION,
             offered: offered.bits(),
             enabled: enabled.bits(),
+            offered_names: format!("{offered:?}"),
+            enabled_names: format!("{enabled:?}"),
             max_write: super::fusedev::MAX_PAYLOAD as u32,
             config: SessionConfig::of(&self.cfg),
         };
