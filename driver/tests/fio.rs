@@ -14,6 +14,43 @@ use std::process::Command;
 
 const FIO: &str = "fio";
 
+/// Sequential 1 MiB writes.
+const SEQUENTIAL: &[&str] = &[
+    "--name=seq",
+    "--rw=write",
+    "--bs=1M",
+    "--size=64M",
+    "--ioengine=psync",
+];
+/// Direct, asynchronous 4 KiB random writes (FUSE async direct I/O, many in flight).
+const RANDOM_DIRECT: &[&str] = &[
+    "--name=rand-direct",
+    "--rw=randwrite",
+    "--bs=4k",
+    "--size=16M",
+    "--ioengine=libaio",
+    "--iodepth=16",
+    "--direct=1",
+];
+/// Four writers, one file each.
+const CONCURRENT: &[&str] = &[
+    "--name=conc",
+    "--numjobs=4",
+    "--rw=write",
+    "--bs=256k",
+    "--size=16M",
+    "--ioengine=psync",
+];
+/// 64 KiB written, then 1 MiB skipped, across 64 MiB.
+const SPARSE: &[&str] = &[
+    "--name=sparse",
+    "--filename=sparse",
+    "--rw=write:1M",
+    "--bs=64k",
+    "--size=64M",
+    "--ioengine=psync",
+];
+
 fn fio_available() -> bool {
     let ok = Command::new(FIO).arg("--version").output().is_ok();
     if !ok {
@@ -80,16 +117,7 @@ fn sequential_writes_verify() {
         return;
     }
     let (_b, w) = worker();
-    write_and_verify(
-        &w.mountpoint,
-        &[
-            "--name=seq",
-            "--rw=write",
-            "--bs=1M",
-            "--size=64M",
-            "--ioengine=psync",
-        ],
-    );
+    write_and_verify(&w.mountpoint, SEQUENTIAL);
     let stats = w.stats();
     assert!(
         stats["bytes_written"].as_u64().unwrap() >= 64 << 20,
@@ -105,18 +133,7 @@ fn random_writes_verify() {
     }
     let (_b, w) = worker();
     // Direct, asynchronous 4 KiB writes (FUSE async direct I/O, many in flight)...
-    write_and_verify(
-        &w.mountpoint,
-        &[
-            "--name=rand-direct",
-            "--rw=randwrite",
-            "--bs=4k",
-            "--size=16M",
-            "--ioengine=libaio",
-            "--iodepth=16",
-            "--direct=1",
-        ],
-    );
+    write_and_verify(&w.mountpoint, RANDOM_DIRECT);
     // ... and buffered ones of mixed sizes.
     write_and_verify(
         &w.mountpoint,
@@ -136,17 +153,7 @@ fn concurrent_writers_to_different_files_verify() {
         return;
     }
     let (backing, w) = worker();
-    write_and_verify(
-        &w.mountpoint,
-        &[
-            "--name=conc",
-            "--numjobs=4",
-            "--rw=write",
-            "--bs=256k",
-            "--size=16M",
-            "--ioengine=psync",
-        ],
-    );
+    write_and_verify(&w.mountpoint, CONCURRENT);
     let files = std::fs::read_dir(backing.path()).unwrap().count();
     assert_eq!(files, 4, "one file per writer");
 }
@@ -178,18 +185,7 @@ fn sparse_file_verify() {
         return;
     }
     let (backing, w) = worker();
-    // 64 KiB written, then 1 MiB skipped, across 64 MiB.
-    write_and_verify(
-        &w.mountpoint,
-        &[
-            "--name=sparse",
-            "--filename=sparse",
-            "--rw=write:1M",
-            "--bs=64k",
-            "--size=64M",
-            "--ioengine=psync",
-        ],
-    );
+    write_and_verify(&w.mountpoint, SPARSE);
     let back = std::fs::metadata(backing.path().join("sparse")).unwrap();
     let mnt = std::fs::metadata(w.path("sparse")).unwrap();
     assert_eq!(back.len(), mnt.len());
@@ -218,41 +214,7 @@ fn engine_backed_workloads_verify() {
     }
     let backing = EngineBacking::start();
     let w = WorkerProc::start(&backing, Default::default());
-    let workloads: [&[&str]; 4] = [
-        &[
-            "--name=seq",
-            "--rw=write",
-            "--bs=1M",
-            "--size=64M",
-            "--ioengine=psync",
-        ],
-        &[
-            "--name=rand-direct",
-            "--rw=randwrite",
-            "--bs=4k",
-            "--size=16M",
-            "--ioengine=libaio",
-            "--iodepth=16",
-            "--direct=1",
-        ],
-        &[
-            "--name=conc",
-            "--numjobs=4",
-            "--rw=write",
-            "--bs=256k",
-            "--size=16M",
-            "--ioengine=psync",
-        ],
-        &[
-            "--name=sparse",
-            "--filename=sparse",
-            "--rw=write:1M",
-            "--bs=64k",
-            "--size=64M",
-            "--ioengine=psync",
-        ],
-    ];
-    for job in workloads {
+    for job in [SEQUENTIAL, RANDOM_DIRECT, CONCURRENT, SPARSE] {
         write_and_verify(&w.mountpoint, job);
     }
     let stats = w.stats();
