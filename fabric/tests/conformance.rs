@@ -3,30 +3,18 @@
 //! for the cross-tenant case, a second tenant on node 1). One test per case, and one test per
 //! NIC check proving that switching it off makes its witness case fail.
 
-use std::path::Path;
+mod common;
+
 use std::process::Command;
 
+use common::case_tests;
 use dpufs_fabric::NicChecks;
 use dpufs_fabric::conformance::{self, CHECK_WITNESSES, Env, Peer};
 use dpufs_fabric::soft::{DISABLE_CHECKS_ENV, DeviceOptions, SoftDevice};
 
-/// A fresh device directory, in shared memory where there is one (as in production).
-fn device_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    let builder = tempfile::Builder::new()
-        .prefix("dpufs-fabric-test")
-        .to_owned();
-    if shm.is_dir() {
-        builder.tempdir_in(shm)
-    } else {
-        builder.tempdir()
-    }
-    .expect("temp device dir")
-}
-
 /// Node 1 opened here and a peer process, both with `disabled` checks switched off.
 fn env(disabled: NicChecks) -> (tempfile::TempDir, Env<SoftDevice>) {
-    let dir = device_dir();
+    let dir = common::device_dir("dpufs-fabric-test");
     let opts = DeviceOptions {
         disabled_checks: disabled,
         ..DeviceOptions::new("node1").in_dir(dir.path())
@@ -51,24 +39,8 @@ fn run_case(name: &str) {
     }
 }
 
-macro_rules! case_tests {
-    ($($name:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $name() {
-                run_case(stringify!($name));
-            }
-        )*
-
-        #[test]
-        fn every_case_has_a_test() {
-            let tested = [$(stringify!($name)),*];
-            for (name, _) in conformance::cases::<SoftDevice>() {
-                assert!(tested.contains(&name), "case {name} has no test");
-            }
-        }
-    };
-}
+/// The provider the per-case tests run on.
+type Device = SoftDevice;
 
 dpufs_fabric::conformance_cases!(case_tests);
 

@@ -12,8 +12,11 @@
 
 #![cfg(feature = "rdma")]
 
+mod common;
+
 use std::process::Command;
 
+use common::case_tests;
 use dpufs_fabric::FabricError;
 use dpufs_fabric::conformance::{self, Env, Peer};
 use dpufs_fabric::ibv::{self, DEVICE_ENV, IbvDevice};
@@ -55,24 +58,8 @@ fn run_case(name: &str) {
     }
 }
 
-macro_rules! case_tests {
-    ($($name:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $name() {
-                run_case(stringify!($name));
-            }
-        )*
-
-        #[test]
-        fn every_case_has_a_test() {
-            let tested = [$(stringify!($name)),*];
-            for (name, _) in conformance::cases::<IbvDevice>() {
-                assert!(tested.contains(&name), "case {name} has no test");
-            }
-        }
-    };
-}
+/// The provider the per-case tests run on.
+type Device = IbvDevice;
 
 dpufs_fabric::conformance_cases!(case_tests);
 

@@ -1,5 +1,7 @@
-//! Set-up shared by the session test binaries: a scratch device directory and a key-value
-//! session server on node 2 of it, trusting one node agent.
+//! Set-up shared by the fabric test binaries: a scratch device directory, a key-value
+//! session server on node 2 of it trusting one node agent, and the per-case tests of the
+//! conformance suite. Each binary uses a part of it.
+#![allow(dead_code)]
 
 use std::path::Path;
 use std::sync::Arc;
@@ -34,3 +36,28 @@ pub fn kv_server(
         .spawn()
         .unwrap()
 }
+
+/// One `#[test]` per conformance case, each calling the including file's `run_case(name)`,
+/// and a test that its provider (the including file's `type Device`) has no case without
+/// one. Used as `dpufs_fabric::conformance_cases!(case_tests);`.
+#[allow(unused_macros)] // by the conformance binaries only
+macro_rules! case_tests {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                run_case(stringify!($name));
+            }
+        )*
+
+        #[test]
+        fn every_case_has_a_test() {
+            let tested = [$(stringify!($name)),*];
+            for (name, _) in dpufs_fabric::conformance::cases::<Device>() {
+                assert!(tested.contains(&name), "case {name} has no test");
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use case_tests;
