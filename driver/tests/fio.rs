@@ -6,13 +6,11 @@
 
 mod common;
 
-use common::{EngineBacking, WorkerProc, can_mount, tempdir};
+use common::{EngineBacking, FIO, WorkerProc, can_mount, fio_available, tempdir};
 use serde_json::Value;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
-
-const FIO: &str = "fio";
 
 /// Sequential 1 MiB writes.
 const SEQUENTIAL: &[&str] = &[
@@ -50,14 +48,6 @@ const SPARSE: &[&str] = &[
     "--size=64M",
     "--ioengine=psync",
 ];
-
-fn fio_available() -> bool {
-    let ok = Command::new(FIO).arg("--version").output().is_ok();
-    if !ok {
-        eprintln!("skipped: fio is not installed (apt-get install fio)");
-    }
-    ok
-}
 
 /// Runs fio on `dir` and checks that it succeeded with no job error.
 fn fio(dir: &Path, args: &[&str]) -> Value {

@@ -6,8 +6,8 @@
 mod common;
 
 use common::{
-    Backing, EngineBacking, KeeperMount, Opts, WorkerProc, can_mount, errno_of, force_unmount,
-    tempdir, wait_until, worker_bin,
+    Backing, EngineBacking, FIO, KeeperMount, Opts, WorkerProc, can_mount, errno_of, fio_available,
+    force_unmount, tempdir, wait_until, worker_bin,
 };
 use dpufs_csi::keeper::{Keeper, fdpass, request};
 use serde_json::{Value, json};
@@ -135,7 +135,7 @@ fn fio(dir: &Path, secs: u32, continue_on_error: bool) -> (bool, u64, String) {
 }
 
 fn fio_cmd(dir: &Path, secs: u32) -> Command {
-    let mut cmd = Command::new("fio");
+    let mut cmd = Command::new(FIO);
     cmd.arg(format!("--directory={}", dir.display()))
         .args([
             "--name=load",
@@ -169,12 +169,25 @@ fn parse_fio(out: std::process::Output) -> (bool, u64, String) {
     (out.status.success(), errors, report)
 }
 
-fn fio_available() -> bool {
-    let ok = Command::new("fio").arg("--version").output().is_ok();
-    if !ok {
-        eprintln!("skipped: fio is not installed");
-    }
-    ok
+/// Runs fio on `dir` for `secs` with a [`Watcher`] reading `probe`, and `meanwhile` two
+/// seconds in; fio's outcome and the watcher.
+fn under_load(
+    dir: &Path,
+    probe: &Path,
+    secs: u32,
+    continue_on_error: bool,
+    meanwhile: impl FnOnce(),
+) -> ((bool, u64, String), Watcher) {
+    let watcher = Watcher::new();
+    let outcome = std::thread::scope(|s| {
+        let _stop = watcher.stopper();
+        s.spawn(|| watcher.run(probe));
+        let load = s.spawn(|| fio(dir, secs, continue_on_error));
+        std::thread::sleep(Duration::from_secs(2));
+        meanwhile();
+        load.join().unwrap()
+    });
+    (outcome, watcher)
 }
 
 fn kill9(pid: u64) {
@@ -191,15 +204,9 @@ fn a_worker_killed_under_fio_is_replaced_and_the_mount_never_says_enotconn() {
     let k = KeeperProc::start(&backing);
     let probe = k.mountpoint.join("probe");
     std::fs::write(&probe, vec![7u8; 256 << 10]).unwrap();
-    let watcher = Watcher::new();
-    let (ok, fio_errors, report) = std::thread::scope(|s| {
-        let _stop = watcher.stopper();
-        s.spawn(|| watcher.run(&probe));
-        let load = s.spawn(|| fio(&k.mountpoint, 5, true));
-        std::thread::sleep(Duration::from_secs(2));
+    let ((ok, fio_errors, report), watcher) = under_load(&k.mountpoint, &probe, 5, true, || {
         kill9(k.volume()["pid"].as_u64().unwrap());
         wait_until("a replacement worker", || k.volume()["restarts"] == 1);
-        load.join().unwrap()
     });
     let v = k.volume();
     eprintln!(
@@ -247,15 +254,9 @@ fn a_hot_upgrade_under_fio_fails_no_request() {
     let probe = k.mountpoint.join("probe");
     std::fs::write(&probe, vec![9u8; 256 << 10]).unwrap();
     let before = k.volume()["pid"].as_u64().unwrap();
-    let watcher = Watcher::new();
-    let (ok, fio_errors, report) = std::thread::scope(|s| {
-        let _stop = watcher.stopper();
-        s.spawn(|| watcher.run(&probe));
-        let load = s.spawn(|| fio(&k.mountpoint, 4, false));
-        std::thread::sleep(Duration::from_secs(2));
+    let ((ok, fio_errors, report), watcher) = under_load(&k.mountpoint, &probe, 4, false, || {
         let up = k.ask(json!({"op": "upgrade", "volume": "vol-1"}));
         assert_eq!(up["previous"].as_u64(), Some(before), "{up}");
-        load.join().unwrap()
     });
     assert!(ok && fio_errors == 0, "fio errors {fio_errors}: {report}");
     assert_eq!(watcher.errors(), BTreeMap::new());

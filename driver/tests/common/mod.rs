@@ -28,6 +28,18 @@ pub fn can_mount() -> bool {
     ok
 }
 
+/// The fio program.
+pub const FIO: &str = "fio";
+
+/// Whether fio can be run here. Tests that need it skip otherwise.
+pub fn fio_available() -> bool {
+    let ok = Command::new(FIO).arg("--version").output().is_ok();
+    if !ok {
+        eprintln!("skipped: fio is not installed (apt-get install fio)");
+    }
+    ok
+}
+
 /// The worker binary built for these tests.
 pub fn worker_bin() -> &'static str {
     env!("CARGO_BIN_EXE_dpufs-csi")
