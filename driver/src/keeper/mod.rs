@@ -108,8 +108,12 @@ impl Keeper {
         let (line, _) = fdpass::recv(conn)?;
         let req: Value = serde_json::from_str(&line).context("request is not JSON")?;
         let volume = req["volume"].as_str().unwrap_or_default().to_string();
+        let mut fd = None;
         let reply = match req["op"].as_str() {
-            Some("handover") => return self.handover(conn, &volume),
+            Some("handover") => self.handover(&volume).map(|(h, f)| {
+                fd = Some(f);
+                h
+            }),
             Some("mount") => self.mount(&volume, &req),
             Some("serve") => self.serve(&volume, &req),
             Some("upgrade") => self.upgrade(&volume, &req),
@@ -121,7 +125,11 @@ impl Keeper {
             Ok(v) => v,
             Err(e) => json!({"ok": false, "error": format!("{e:#}")}),
         };
-        fdpass::send(conn, &answer.to_string(), None)?;
+        fdpass::send(
+            conn,
+            &answer.to_string(),
+            fd.as_ref().map(AsRawFd::as_raw_fd),
+        )?;
         Ok(())
     }
 
@@ -160,25 +168,21 @@ impl Keeper {
         Ok(json!({"ok": true, "mounted": "now"}))
     }
 
-    /// Sends the volume's descriptor and handover to a worker taking it.
-    fn handover(&self, conn: &UnixStream, volume: &str) -> Result<()> {
+    /// The handover for a worker taking `volume`, and a duplicate of its descriptor (made
+    /// under the lock, sent after it).
+    fn handover(&self, volume: &str) -> Result<(Value, OwnedFd)> {
         let vols = self.volumes();
-        let Some(v) = vols.get(volume) else {
-            fdpass::send(
-                conn,
-                &json!({"ok": false, "error": format!("no volume {volume}")}).to_string(),
-                None,
-            )?;
-            return Ok(());
-        };
+        let v = vols
+            .get(volume)
+            .with_context(|| format!("no volume {volume}"))?;
         let h = Handover {
             version: HANDOVER_VERSION,
             volume: volume.to_string(),
             mountpoint: v.mountpoint.clone(),
             session: v.session.clone(),
         };
-        fdpass::send(conn, &h.encode(), Some(v.master.as_raw_fd()))?;
-        Ok(())
+        let fd = v.master.try_clone().context("duplicate the descriptor")?;
+        Ok((serde_json::to_value(&h)?, fd))
     }
 
     /// Starts the volume's worker with `req.args` (and `req.binary`, if given).
@@ -203,7 +207,8 @@ impl Keeper {
     /// Replaces the volume's worker by one of `req.binary` (default: the same) with no
     /// request failing: the new one serves before the old one drains.
     fn upgrade(&self, volume: &str, req: &Value) -> Result<Value> {
-        let old = {
+        // Until it has drained, the old worker is ours to reap, not the supervisor's.
+        let (mut old, old_dir) = {
             let mut vols = self.volumes();
             let v = vols
                 .get_mut(volume)
@@ -211,14 +216,13 @@ impl Keeper {
             if let Some(b) = req["binary"].as_str() {
                 v.binary = PathBuf::from(b);
             }
-            v.worker
+            let old = v
+                .worker
                 .take()
-                .with_context(|| format!("volume {volume} has no worker"))?
+                .with_context(|| format!("volume {volume} has no worker"))?;
+            (old, self.worker_dir(volume, v.generation))
         };
-        let old_dir = self.worker_dir(volume, self.generation(volume));
-        // Until it has drained, the old worker is ours to reap, not the supervisor's.
         let started = self.start_worker(volume);
-        let mut old = old;
         let drained = drain(&mut old, &old_dir);
         let pid = started?;
         drained?;
@@ -266,10 +270,6 @@ impl Keeper {
 
     fn worker_dir(&self, volume: &str, generation: u32) -> PathBuf {
         self.volume_dir(volume).join(format!("worker-{generation}"))
-    }
-
-    fn generation(&self, volume: &str) -> u32 {
-        self.volumes().get(volume).map_or(0, |v| v.generation)
     }
 
     /// Starts the next worker of `volume` and waits until it serves.
