@@ -150,11 +150,32 @@ fn open_engine(addr: SocketAddr, opts: &FabricOptions) -> Result<Backend> {
 /// How often the capability file is checked for a renewal.
 const RENEW_POLL: Duration = Duration::from_secs(2);
 
-/// Reads and checks a capability file: it must decode and must not have expired.
+/// Reads and checks a capability file (see [`load_capability`]), with its mtime.
 fn read_capability(path: &Path) -> Result<(SignedCapability, SystemTime)> {
-    let modified = std::fs::metadata(path)
+    let modified = modified(path)?;
+    Ok((load_capability(path)?, modified))
+}
+
+/// The capability in `path` if the file changed since `seen`.
+fn changed_capability(
+    path: &Path,
+    seen: SystemTime,
+) -> Result<Option<(SignedCapability, SystemTime)>> {
+    let modified = modified(path)?;
+    if modified == seen {
+        return Ok(None);
+    }
+    Ok(Some((load_capability(path)?, modified)))
+}
+
+fn modified(path: &Path) -> Result<SystemTime> {
+    std::fs::metadata(path)
         .and_then(|m| m.modified())
-        .with_context(|| format!("capability file {}", path.display()))?;
+        .with_context(|| format!("capability file {}", path.display()))
+}
+
+/// The capability in `path`: it must decode and must not have expired.
+fn load_capability(path: &Path) -> Result<SignedCapability> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("read capability file {}", path.display()))?;
     let cap = SignedCapability::from_hex(text.trim())
@@ -169,21 +190,7 @@ fn read_capability(path: &Path) -> Result<(SignedCapability, SystemTime)> {
             claims.not_after
         );
     }
-    Ok((cap, modified))
-}
-
-/// The capability in `path` if the file changed since `seen`.
-fn changed_capability(
-    path: &Path,
-    seen: SystemTime,
-) -> Result<Option<(SignedCapability, SystemTime)>> {
-    let modified = std::fs::metadata(path)
-        .and_then(|m| m.modified())
-        .with_context(|| format!("capability file {}", path.display()))?;
-    if modified == seen {
-        return Ok(None);
-    }
-    read_capability(path).map(Some)
+    Ok(cap)
 }
 
 #[cfg(test)]
