@@ -16,8 +16,9 @@ pub fn protocol_text(p: &Protocol, targets: &[Target], rounds: usize) -> String 
     format!(
         "Protocol: fio {} iodepth {}, {} bytes per job file, {:.1} s per run, {rounds} rounds \
          (target order rotated each round; medians reported). Page cache dropped before every \
-         run; read files laid out once with fsync; write runs start from no file and end with \
-         fsync (end_fsync=1). CPU = fio's user+system time plus the serving processes' time.\n\
+         run; read files laid out once with fsync; a read run reads no block twice (one pass, \
+         ended by the runtime at the latest); write runs start from no file, run for the \
+         runtime and end with fsync (end_fsync=1). CPU = fio's user+system time plus the serving processes' time.\n\
          Targets: {}",
         p.ioengine,
         p.iodepth,

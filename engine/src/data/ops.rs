@@ -2,6 +2,7 @@
 
 use super::convert::{self, attr};
 use super::{BulkIo, ConnectionContext, MAX_IO, MAX_READDIR_ENTRIES};
+use crate::dfs::disk::DIRECT_IO_ALIGN;
 use crate::dfs::{DfsError, DfsResult, Errno, ROOT, XattrSet};
 use crate::engine::Engine;
 use dpufs_proto::engine::v1::{self as wire, dfs_reply::Result as Res, dfs_request::Op};
@@ -46,17 +47,20 @@ fn changes(op: &Op) -> bool {
 }
 
 /// Runs `f` on a reusable buffer of `len` bytes (I/O buffers are up to 1 MiB; allocating
-/// and zeroing one per request would cost more than the copy).
+/// and zeroing one per request would cost more than the copy). The buffer starts on a block
+/// boundary, so whole-block transfers to chunk files can bypass the page cache.
 fn with_buffer<T>(len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
     thread_local! {
         static BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     }
     BUF.with(|b| {
         let mut b = b.borrow_mut();
-        if b.len() < len {
-            b.resize(len, 0);
+        if b.len() < len + DIRECT_IO_ALIGN {
+            // Replaced, not grown: a grown Vec may move, and the aligned start with it.
+            *b = vec![0; len + DIRECT_IO_ALIGN];
         }
-        f(&mut b[..len])
+        let start = b.as_ptr().align_offset(DIRECT_IO_ALIGN);
+        f(&mut b[start..start + len])
     })
 }
 
