@@ -57,8 +57,10 @@ struct RealFile {
 }
 
 fn is_block_aligned(offset: u64, addr: usize, len: usize) -> bool {
-    let a = DIRECT_IO_ALIGN as u64;
-    offset % a == 0 && (addr as u64) % a == 0 && (len as u64) % a == 0 && len > 0
+    offset.is_multiple_of(DIRECT_IO_ALIGN as u64)
+        && addr.is_multiple_of(DIRECT_IO_ALIGN)
+        && len.is_multiple_of(DIRECT_IO_ALIGN)
+        && len > 0
 }
 
 impl RealFile {
