@@ -1,13 +1,18 @@
-//! `dpufs-csi`: the CSI driver's processes. Today: `dpufs-csi worker`, the volume worker.
+//! `dpufs-csi`: the CSI driver's processes: the volume worker, the node's mount keeper and
+//! the launcher that adopts or starts them.
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use dpufs_csi::keeper::Keeper;
+use dpufs_csi::keeper::{self, Keeper, placement};
+use dpufs_csi::launcher::{
+    KeeperFound, KeeperStart, VolumeState, WantedVolume, ensure_keeper, ensure_volume,
+};
 use dpufs_csi::worker::backend::{BackendSpec, FabricOptions, open_backend};
 use dpufs_csi::worker::fs::{AccessMode, FsConfig};
 use dpufs_csi::worker::privilege::Limits;
 use dpufs_csi::worker::{FuseSource, Worker, WorkerConfig};
 use dpufs_fabric::soft::DeviceOptions;
+use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -25,6 +30,33 @@ enum Cmd {
     /// The node's mount keeper: mounts volumes, holds their connections, hands them to
     /// workers and replaces workers that die.
     Keeper(KeeperArgs),
+    /// What the node plugin does at start: adopt the node's keeper (or start one that
+    /// outlives this process) and make sure a volume is served; then wait for a stop signal
+    /// and exit, leaving every volume mounted.
+    Launcher(LauncherArgs),
+}
+
+#[derive(Args, Debug)]
+struct LauncherArgs {
+    /// The keeper's state directory.
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// How to start a keeper when none answers.
+    #[arg(long, value_enum, default_value = "auto")]
+    keeper_start: KeeperStart,
+    /// A volume to serve, NAME=MOUNTPOINT; the worker's arguments follow `--`.
+    #[arg(long, value_parser = parse_volume, requires = "worker_args")]
+    volume: Option<(String, PathBuf)>,
+    /// The worker's arguments (backend, caching) for --volume.
+    #[arg(last = true)]
+    worker_args: Vec<String>,
+}
+
+fn parse_volume(s: &str) -> Result<(String, PathBuf), String> {
+    let (name, mp) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: use NAME=MOUNTPOINT"))?;
+    Ok((name.to_string(), PathBuf::from(mp)))
 }
 
 #[derive(Args, Debug)]
@@ -35,6 +67,10 @@ struct KeeperArgs {
     /// The worker binary (default: this one).
     #[arg(long)]
     worker_binary: Option<PathBuf>,
+    /// Move into this cgroup (under the root of every hierarchy) before serving, out of
+    /// the launcher's (what `dpufs-csi launcher --keeper-start detach` passes).
+    #[arg(long)]
+    cgroup: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -211,7 +247,60 @@ fn keeper(a: KeeperArgs) -> Result<()> {
         Some(b) => b,
         None => std::env::current_exe().context("locating this executable")?,
     };
+    if let Some(name) = &a.cgroup {
+        let joined = placement::move_to_own_cgroups(name)?;
+        tracing::info!("keeper in its own cgroups: {joined:?}");
+    }
     Keeper::new(&a.state_dir, binary)?.run()
+}
+
+fn launcher(a: LauncherArgs) -> Result<()> {
+    let signals = block_stop_signals();
+    let pids = placement::ns_pids("self")?;
+    println!(
+        "launcher pid {} ({} in its PID namespace)",
+        pids[0],
+        pids[pids.len() - 1]
+    );
+    let binary = std::env::current_exe().context("locating this executable")?;
+    // Kept (not waited for) so a child keeper is not reaped away from under us.
+    let _child = match ensure_keeper(&a.state_dir, &binary, a.keeper_start)? {
+        KeeperFound::Adopted { pid } => {
+            println!("keeper pid {pid} adopted");
+            None
+        }
+        KeeperFound::Started { pid, how, child } => {
+            println!("keeper pid {pid} started ({how:?})");
+            child
+        }
+    };
+    let (list, _) = keeper::request(&Keeper::socket(&a.state_dir), &json!({"op": "list"}))?;
+    for note in list["recovered"].as_array().into_iter().flatten() {
+        println!("keeper recovered: {note}");
+    }
+    if let Some((name, mountpoint)) = a.volume {
+        let want = WantedVolume {
+            name: name.clone(),
+            mountpoint: mountpoint.clone(),
+            worker_args: a.worker_args,
+        };
+        match ensure_volume(&a.state_dir, &want)? {
+            VolumeState::Adopted { pid, generation } => println!(
+                "volume {name} at {}: worker pid {pid} adopted (generation {generation})",
+                mountpoint.display()
+            ),
+            VolumeState::Started { pid } => println!(
+                "volume {name} at {}: worker pid {pid} started",
+                mountpoint.display()
+            ),
+        }
+    }
+    println!("launcher ready");
+    let mut sig = 0;
+    // SAFETY: waits for one of the signals blocked above.
+    unsafe { libc::sigwait(&signals, &mut sig) };
+    println!("launcher stopping (signal {sig}); the volumes stay mounted");
+    Ok(())
 }
 
 fn main() {
@@ -227,6 +316,7 @@ fn main() {
     let r = match cli.cmd {
         Cmd::Worker(a) => worker(*a),
         Cmd::Keeper(a) => keeper(a),
+        Cmd::Launcher(a) => launcher(a),
     };
     if let Err(e) = r {
         eprintln!("dpufs-csi: {e:#}");

@@ -12,11 +12,14 @@
 
 pub mod fdpass;
 pub mod handover;
+pub mod placement;
+pub mod records;
 
 use crate::worker::control;
 use crate::worker::fusedev::{self, MountOptions};
 use anyhow::{Context as _, Result, bail};
 use handover::{HANDOVER_VERSION, Handover, SessionRecord};
+use records::VolumeRecord;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -56,6 +59,8 @@ pub struct Keeper {
     state_dir: PathBuf,
     worker_binary: PathBuf,
     volumes: Mutex<HashMap<String, Volume>>,
+    /// What this keeper found of a previous one at start (see [`Keeper::recover`]).
+    recovered: Mutex<Vec<Value>>,
 }
 
 impl Keeper {
@@ -68,6 +73,7 @@ impl Keeper {
             state_dir: state_dir.to_path_buf(),
             worker_binary,
             volumes: Mutex::new(HashMap::new()),
+            recovered: Mutex::new(Vec::new()),
         }))
     }
 
@@ -77,13 +83,14 @@ impl Keeper {
     }
 
     fn volumes(&self) -> MutexGuard<'_, HashMap<String, Volume>> {
-        self.volumes.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.volumes)
     }
 
     /// Serves requests and supervises workers until the process ends.
     pub fn run(self: &Arc<Self>) -> Result<()> {
         let listener =
             control::bind(&Self::socket(&self.state_dir)).context("bind the keeper socket")?;
+        self.recover()?;
         let me = self.clone();
         std::thread::Builder::new()
             .name("supervisor".into())
@@ -151,20 +158,20 @@ impl Keeper {
         };
         let master = fusedev::mount(&mountpoint, &opts)
             .with_context(|| format!("mount FUSE on {}", mountpoint.display()))?;
-        vols.insert(
-            volume.to_string(),
-            Volume {
-                mountpoint,
-                master,
-                args: Vec::new(),
-                binary: self.worker_binary.clone(),
-                worker: None,
-                generation: 0,
-                restarts: 0,
-                last_failover_ms: None,
-                session: None,
-            },
-        );
+        let v = Volume {
+            mountpoint,
+            master,
+            args: Vec::new(),
+            binary: self.worker_binary.clone(),
+            worker: None,
+            generation: 0,
+            restarts: 0,
+            last_failover_ms: None,
+            session: None,
+        };
+        let saved = self.save_record(volume, &v);
+        vols.insert(volume.to_string(), v);
+        saved?;
         Ok(json!({"ok": true, "mounted": "now"}))
     }
 
@@ -261,7 +268,68 @@ impl Keeper {
                 })
             })
             .collect();
-        json!({"ok": true, "volumes": list})
+        json!({
+            "ok": true,
+            "pid": std::process::id(),
+            "volumes": list,
+            "recovered": *lock(&self.recovered),
+        })
+    }
+
+    /// Persists what a later keeper needs to know of `volume`.
+    fn save_record(&self, volume: &str, v: &Volume) -> Result<()> {
+        VolumeRecord {
+            volume: volume.to_string(),
+            mountpoint: v.mountpoint.clone(),
+            args: v.args.clone(),
+            binary: v.binary.clone(),
+            worker_pid: v.worker.as_ref().map(Child::id),
+            pid_namespace: records::pid_namespace(),
+            generation: v.generation,
+        }
+        .save(&self.volume_dir(volume))
+    }
+
+    /// Cleans up after a keeper that ended (crash, kill, its container gone) before this one
+    /// started: a mount whose worker is gone too is dead (nobody holds its connection), so it
+    /// is detached and its state removed; one whose worker still runs is left serving and
+    /// reported. Directories without a record are stale and removed.
+    fn recover(&self) -> Result<()> {
+        let mut notes = Vec::new();
+        for (dir, record) in VolumeRecord::load_all(&self.state_dir.join("volumes"))? {
+            let Some(rec) = record else {
+                let _ = std::fs::remove_dir_all(&dir);
+                notes.push(json!({"state": dir, "action": "removed stale state"}));
+                continue;
+            };
+            if let Some(pid) = rec.worker_pid_here().filter(|&p| is_worker_alive(p)) {
+                tracing::warn!(
+                    "worker {pid} of a previous keeper still serves {} at {}: left as it is",
+                    rec.volume,
+                    rec.mountpoint.display()
+                );
+                notes.push(json!({"volume": rec.volume, "action": "left serving", "pid": pid}));
+                continue;
+            }
+            let mounted =
+                fusedev::find_mount(&rec.mountpoint)?.is_some_and(|m| m.fstype.starts_with("fuse"));
+            if mounted {
+                fusedev::unmount(&rec.mountpoint, true)
+                    .with_context(|| format!("detach {}", rec.mountpoint.display()))?;
+            }
+            std::fs::remove_dir_all(&dir).with_context(|| format!("remove {}", dir.display()))?;
+            let action = if mounted {
+                "detached the dead mount"
+            } else {
+                "removed stale state"
+            };
+            tracing::info!("{}: {action} at {}", rec.volume, rec.mountpoint.display());
+            notes.push(
+                json!({"volume": rec.volume, "mountpoint": rec.mountpoint, "action": action}),
+            );
+        }
+        *lock(&self.recovered) = notes;
+        Ok(())
     }
 
     fn volume_dir(&self, volume: &str) -> PathBuf {
@@ -312,6 +380,7 @@ impl Keeper {
         if v.session.is_none() {
             v.session = read_session(&dir);
         }
+        self.save_record(volume, v)?;
         Ok(pid)
     }
 
@@ -347,6 +416,24 @@ impl Keeper {
             }
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `pid` is a running volume worker (not a zombie, not a reused pid).
+fn is_worker_alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the parenthesised command name.
+    let state = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next());
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    state.is_some_and(|s| s != 'Z' && s != 'X')
+        && cmdline.split(|b| *b == 0).any(|arg| arg == b"worker")
 }
 
 /// Volume names become directory names.

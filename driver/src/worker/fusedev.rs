@@ -144,7 +144,8 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
     cvt(unsafe { libc::umount2(p.as_ptr(), flags) }).map(drop)
 }
 
-fn unescape_mountinfo(s: &str) -> PathBuf {
+/// A mountinfo field with its octal escapes (blanks, backslashes) undone.
+pub fn unescape_mountinfo(s: &str) -> PathBuf {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

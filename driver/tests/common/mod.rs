@@ -3,6 +3,8 @@
 //! /sys/fs/fuse/connections and lazily unmounted in Drop).
 #![allow(dead_code)]
 
+pub mod load;
+
 use dpufs_csi::worker::control;
 use dpufs_csi::worker::fusedev;
 use dpufs_e2e::volume::EngineVolume;

@@ -1,0 +1,106 @@
+//! Where the keeper runs: outside the PID namespace and the cgroups of whoever started it.
+//!
+//! A container restart kills every process in the container's PID namespace and cgroup. The
+//! kernel lets no process create children in an *ancestor* PID namespace (`setns` with
+//! CLONE_NEWPID only goes down the tree), so a launcher can place the keeper outside its own
+//! lifetime only when it already shares the host's PID namespace (a pod with
+//! `hostPID: true`). It then detaches the keeper (a double fork into a new session) and the
+//! keeper moves itself into its own cgroup in every hierarchy — the equivalent of
+//! `systemd-run --scope` on a node without systemd.
+
+use crate::worker::fusedev::unescape_mountinfo;
+use anyhow::{Context as _, Result, bail};
+use std::path::{Path, PathBuf};
+
+/// The cgroup the keeper moves into, under the root of every hierarchy.
+pub const KEEPER_CGROUP: &str = "dpufs-keeper";
+
+/// Whether this process lives in a nested PID namespace: its `NSpid` line has one pid per
+/// namespace level from the root down.
+pub fn in_nested_pid_namespace() -> Result<bool> {
+    Ok(ns_pids("self")?.len() > 1)
+}
+
+/// The pids of process `pid` (a number, or `self`) from the outermost PID namespace down to
+/// its own. (`self`, not our pid: in a namespace of its own without a /proc of its own, our
+/// pid names another process in /proc.)
+pub fn ns_pids(pid: &str) -> Result<Vec<u32>> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("read /proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .context("the kernel reports no NSpid")?;
+    line.split_whitespace()
+        .map(|p| p.parse().context("NSpid"))
+        .collect()
+}
+
+/// The mount points of the cgroup hierarchies (v1 controllers, named v1 hierarchies and
+/// the v2 unified one).
+pub fn cgroup_roots() -> Result<Vec<PathBuf>> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").context("read mountinfo")?;
+    Ok(info
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let fstype = right.split_whitespace().next()?;
+            let mountpoint = left.split_whitespace().nth(4)?;
+            matches!(fstype, "cgroup" | "cgroup2").then(|| unescape_mountinfo(mountpoint))
+        })
+        .collect())
+}
+
+/// Moves this process into `<root>/<name>` of every hierarchy; returns the cgroups it is now
+/// in. A hierarchy that refuses is reported and skipped; none accepting is an error.
+pub fn move_to_own_cgroups(name: &str) -> Result<Vec<PathBuf>> {
+    let roots = cgroup_roots()?;
+    let mut moved = Vec::new();
+    let mut refused = Vec::new();
+    for root in &roots {
+        match move_into(&root.join(name)) {
+            Ok(()) => moved.push(root.join(name)),
+            Err(e) => refused.push(format!("{}: {e:#}", root.display())),
+        }
+    }
+    for r in &refused {
+        tracing::warn!("cgroup hierarchy kept the launcher's cgroup: {r}");
+    }
+    if moved.is_empty() && !roots.is_empty() {
+        bail!(
+            "no cgroup hierarchy took the keeper: {}",
+            refused.join("; ")
+        );
+    }
+    Ok(moved)
+}
+
+fn move_into(cgroup: &Path) -> Result<()> {
+    match std::fs::create_dir(cgroup) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(e).with_context(|| format!("create {}", cgroup.display()));
+        }
+        _ => {}
+    }
+    // "0" names the writing process.
+    std::fs::write(cgroup.join("cgroup.procs"), "0")
+        .with_context(|| format!("join {}", cgroup.display()))
+}
+
+/// The cgroup paths (relative to each hierarchy's root) `pid` is in, one line per hierarchy.
+pub fn cgroups_of(pid: u32) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .with_context(|| format!("read /proc/{pid}/cgroup"))?;
+    Ok(text.lines().map(str::to_string).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_its_own_pid_at_the_innermost_level() {
+        let pids = ns_pids("self").unwrap();
+        assert_eq!(pids[pids.len() - 1], std::process::id());
+    }
+}

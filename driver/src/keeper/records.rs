@@ -1,0 +1,99 @@
+//! What the keeper persists per volume (`<state>/volumes/<V>/volume.json`): enough for a
+//! keeper that starts after another one died to find the mounts it left and clean up the dead
+//! ones, and for a restarted launcher to see what the node serves.
+
+use anyhow::{Context as _, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// File name of a volume's record inside its directory.
+const RECORD: &str = "volume.json";
+
+/// One volume the keeper mounted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeRecord {
+    pub volume: String,
+    pub mountpoint: PathBuf,
+    /// The worker's own arguments and binary (empty until the volume is served).
+    pub args: Vec<String>,
+    pub binary: PathBuf,
+    /// The worker serving it, when one was started, as a pid of `pid_namespace`.
+    pub worker_pid: Option<u32>,
+    /// The keeper's PID namespace (`pid:[inode]`): a pid means nothing in another one.
+    pub pid_namespace: String,
+    pub generation: u32,
+}
+
+/// This process's PID namespace, as `/proc/self/ns/pid` names it.
+pub fn pid_namespace() -> String {
+    std::fs::read_link("/proc/self/ns/pid")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+impl VolumeRecord {
+    /// The worker pid, if it names a process of this PID namespace.
+    pub fn worker_pid_here(&self) -> Option<u32> {
+        self.worker_pid
+            .filter(|_| !self.pid_namespace.is_empty() && self.pid_namespace == pid_namespace())
+    }
+
+    /// Writes the record into `dir` (atomically: a crash leaves the old or the new one).
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        let tmp = dir.join(format!("{RECORD}.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)
+            .with_context(|| format!("write {}", tmp.display()))?;
+        std::fs::rename(&tmp, dir.join(RECORD))
+            .with_context(|| format!("write {}", dir.join(RECORD).display()))
+    }
+
+    /// The records under `volumes_dir`, with the directory each came from. Directories without
+    /// a readable record are returned with `None` (stale state).
+    pub fn load_all(volumes_dir: &Path) -> Result<Vec<(PathBuf, Option<VolumeRecord>)>> {
+        let entries = match std::fs::read_dir(volumes_dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).with_context(|| format!("list {}", volumes_dir.display())),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let dir = entry?.path();
+            if !dir.is_dir() {
+                continue;
+            }
+            let record = std::fs::read(dir.join(RECORD))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            out.push((dir, record));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_strays_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let rec = VolumeRecord {
+            volume: "v".into(),
+            mountpoint: "/mnt/v".into(),
+            args: vec!["--backend".into(), "local:/d".into()],
+            binary: "/bin/dpufs-csi".into(),
+            worker_pid: Some(42),
+            pid_namespace: "pid:[4026531836]".into(),
+            generation: 3,
+        };
+        rec.save(&dir.path().join("v")).unwrap();
+        std::fs::create_dir(dir.path().join("stray")).unwrap();
+        let mut all = VolumeRecord::load_all(dir.path()).unwrap();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].0, dir.path().join("stray"));
+        assert_eq!(all[0].1, None);
+        assert_eq!(all[1].1.as_ref(), Some(&rec));
+    }
+}
