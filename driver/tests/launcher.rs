@@ -312,7 +312,7 @@ fn without_the_escape_the_namespace_takes_the_mount_and_the_next_keeper_cleans_u
 
     // In a PID namespace of its own, a launcher refuses to start a keeper that would die
     // with it...
-    let mut refusing = launcher_cmd(true, state.path(), "auto", Some(&vol))
+    let refusing = launcher_cmd(true, state.path(), "auto", Some(&vol))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
