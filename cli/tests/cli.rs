@@ -496,7 +496,7 @@ fn up_runs_the_stack_until_stopped() {
     assert_eq!(labels(&conts), ["default"]);
     assert_eq!(conts[0]["properties"]["4098"], 1, "POSIX layout");
 
-    let mut worker_pid = None;
+    let mut serving = Vec::new();
     if mounts {
         assert!(
             progress.iter().any(|l| l.starts_with("✓ volume worker")),
@@ -515,7 +515,9 @@ fn up_runs_the_stack_until_stopped() {
         assert_eq!(status["mount"]["fstype"], "fuse.dpufs", "{status}");
         assert_eq!(status["worker_health"]["state"], "serving", "{status}");
         assert!(status["worker_stats"]["bytes_written"].as_u64().unwrap() >= 64 << 20);
-        worker_pid = Some(pid_in(&state.join("worker.pid")));
+        for part in ["keeper", "worker"] {
+            serving.push(status[part]["pid"].as_u64().expect(part) as u32);
+        }
     } else {
         assert!(progress.iter().any(|l| l.contains("no FUSE mount")));
     }
@@ -528,11 +530,14 @@ fn up_runs_the_stack_until_stopped() {
     // Nothing left behind: no mount, no process.
     assert!(!mounted(&mnt), "Ctrl-C leaves no mount");
     assert!(!alive(engine_pid), "Ctrl-C leaves no engine");
-    assert!(!worker_pid.is_some_and(alive), "Ctrl-C leaves no worker");
+    assert!(
+        !serving.iter().any(|&p| alive(p)),
+        "Ctrl-C leaves no keeper or worker"
+    );
     dpufs_in(cwd.path(), &["status"]).fails_with("nothing of `dpufs up` runs");
 
     // A second run reuses the pool and finds the data; killed hard, it leaves its
-    // engine, worker and mount for `down`.
+    // engine, keeper, worker and mount for `down`.
     let mut up = Up::start(cwd.path());
     let progress = up.until("Ctrl-C stops the stack");
     assert!(
@@ -558,7 +563,7 @@ fn up_runs_the_stack_until_stopped() {
     );
     if mounts {
         assert!(
-            down.stdout.contains("stopped the volume worker"),
+            down.stdout.contains("stopped the mount keeper"),
             "{}",
             down.stdout
         );
@@ -568,45 +573,70 @@ fn up_runs_the_stack_until_stopped() {
     assert!(!state.join("endpoint").exists() && !state.join("engine.pid").exists());
 }
 
-/// A dead worker (kill -9) leaves a dead FUSE mount; `down` detaches it.
+/// A worker killed with -9 is replaced by the mount keeper and the mount keeps working.
+/// With `up` and the keeper killed too, the orphaned worker still serves; `down` stops it
+/// and detaches the mount it leaves.
 #[test]
-fn down_detaches_the_mount_of_a_killed_worker() {
+fn a_killed_worker_is_replaced_and_down_cleans_up_after_killed_parents() {
     if !is_root() {
         return;
     }
     dpufs_e2e::binary("dpufs-engine", "dpufs-engine");
     dpufs_e2e::binary("dpufs-csi", "dpufs-csi");
     let cwd = tempfile::tempdir().unwrap();
-    let state = cwd.path().join(".dpufs");
     let mnt = cwd.path().join("mnt");
     let mut up = Up::start(cwd.path());
     up.until("Ctrl-C stops the stack");
+    std::fs::write(mnt.join("before"), b"kept").unwrap();
+    let status = dpufs_in(cwd.path(), &["status", "--json"]).json();
+    let (keeper, worker) = (pid_of(&status, "keeper"), pid_of(&status, "worker"));
+    kill9(worker);
+    // Served again by a replacement: the mount never went away.
+    let mut replaced = status;
+    while replaced["worker_restarts"] != 1 {
+        std::thread::sleep(Duration::from_millis(20));
+        replaced = dpufs_in(cwd.path(), &["status", "--json"]).json();
+    }
+    assert_eq!(std::fs::read(mnt.join("before")).unwrap(), b"kept");
+    std::fs::write(mnt.join("after"), b"new worker").unwrap();
+    let successor = pid_of(&replaced, "worker");
+    assert_ne!(successor, worker);
+
     up.signal(rustix::process::Signal::KILL);
     up.child.wait().unwrap();
-    let worker = pid_in(&state.join("worker.pid"));
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(worker as i32).unwrap(),
-        rustix::process::Signal::KILL,
-    )
-    .unwrap();
-    while alive(worker) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(
-        mounted(&mnt),
-        "the dead mount stays until someone removes it"
-    );
-    // `up` refuses to start over it.
+    kill9(keeper);
+    assert!(alive(successor), "an orphaned worker goes on serving");
+    assert_eq!(std::fs::read(mnt.join("after")).unwrap(), b"new worker");
+    // `up` refuses to start over what runs.
     let again = dpufs_in(cwd.path(), &["up"]);
     again.fails_with("dpufs down");
     let down = dpufs_in(cwd.path(), &["down"]);
     assert_eq!(down.code, 0, "{}", down.stderr);
     assert!(
-        down.stdout.contains("detached the mount"),
+        down.stdout
+            .contains(&format!("stopped the volume worker (pid {successor})")),
         "{}",
         down.stdout
     );
-    assert!(!mounted(&mnt));
+    assert!(!mounted(&mnt), "{}", down.stdout);
+    assert!(!alive(successor));
+}
+
+fn pid_of(status: &serde_json::Value, part: &str) -> u32 {
+    status[part]["pid"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {part} pid in {status}")) as u32
+}
+
+fn kill9(pid: u32) {
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    while alive(pid) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[test]

@@ -17,13 +17,13 @@ use children::{EngineLaunch, EngineProcess, sibling_binary};
 use clap::Args;
 use provision::{DEFAULT_LABEL, Stack};
 use state::{
-    ENDPOINT, ENGINE, ENGINE_PID, FABRIC_DIR, MOUNT, StateDir, WORKER, WORKER_PID, detach,
+    ENDPOINT, ENGINE, ENGINE_PID, FABRIC_DIR, KEEPER, KEEPER_PID, MOUNT, StateDir, detach,
     mounted_fstype, runs, terminate,
 };
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use tokio::signal::unix::{SignalKind, signal};
-use volume::{Agent, WorkerLaunch, WorkerProcess};
+use volume::{Agent, KeeperProcess, WorkerLaunch, recorded_workers};
 
 pub use status::{StatusArgs, status};
 
@@ -84,7 +84,7 @@ pub async fn up(args: UpArgs, system: &str) -> anyhow::Result<()> {
 }
 
 fn refuse_a_running_stack(state: &StateDir) -> anyhow::Result<()> {
-    for (file, program) in [(ENGINE_PID, ENGINE), (WORKER_PID, WORKER)] {
+    for (file, program) in [(ENGINE_PID, ENGINE), (KEEPER_PID, KEEPER)] {
         if let Some(pid) = state.running(file, program) {
             bail!(
                 "a {program} from an earlier `dpufs up` is still running (pid {pid}, state in {}): \
@@ -100,22 +100,24 @@ fn refuse_a_running_stack(state: &StateDir) -> anyhow::Result<()> {
 #[derive(Debug, Default)]
 struct Running {
     engine: Option<EngineProcess>,
-    worker: Option<WorkerProcess>,
+    keeper: Option<KeeperProcess>,
+    worker_pid: Option<u32>,
     mountpoint: Option<PathBuf>,
     fabric_dir: Option<PathBuf>,
 }
 
 impl Running {
-    /// The worker first (it unmounts), then the engine; then the records.
+    /// The keeper first (it drains the worker and unmounts), then the engine; then the
+    /// records.
     async fn stop(&mut self, state: &StateDir) -> anyhow::Result<()> {
         let mut result = Ok(());
-        if let Some(worker) = &mut self.worker {
-            result = worker.stop().await;
+        if let Some(keeper) = &mut self.keeper {
+            result = keeper.stop().await;
         }
         if let Some(mp) = &self.mountpoint
             && is_fuse(mp)
         {
-            // The worker could not unmount (it was killed): detach the dead mount.
+            // The keeper could not unmount (it was killed): detach the dead mount.
             let _ = detach(mp);
         }
         if let Some(engine) = &mut self.engine {
@@ -182,16 +184,16 @@ async fn bring_up(
     };
     let stack = stack?;
     if let Some(mountpoint) = mountpoint {
-        let Some(worker) = or_stop(
+        running.mountpoint = Some(mountpoint.clone());
+        let Some(served) = or_stop(
             stop,
-            start_worker(state, running, &agent, &stack, &mountpoint),
+            start_volume(state, running, &agent, &stack, &mountpoint),
         )
         .await
         else {
             return Ok(());
         };
-        running.worker = Some(worker?);
-        running.mountpoint = Some(mountpoint);
+        served?;
     }
     serve(state, running, &agent, &stack, stop).await
 }
@@ -244,36 +246,40 @@ fn fabric_dir(state: &StateDir) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-async fn start_worker(
+/// Starts the mount keeper, which mounts the default container and runs its worker.
+async fn start_volume(
     state: &StateDir,
-    running: &Running,
+    running: &mut Running,
     agent: &Agent,
     stack: &Stack,
     mountpoint: &Path,
-) -> anyhow::Result<WorkerProcess> {
+) -> anyhow::Result<()> {
     let engine = running.engine.as_ref().context("engine")?;
     let fabric_addr = engine
         .fabric_addr
         .context("the engine did not announce its fabric data service")?;
-    let binary = sibling_binary(WORKER, "dpufs-csi").await?;
+    let binary = sibling_binary(KEEPER, "dpufs-csi").await?;
     std::fs::create_dir_all(state.volume())?;
     let capability = state.volume().join("capability");
     agent.issue(&stack.pool, &stack.container, &capability)?;
+    let keeper = running
+        .keeper
+        .insert(KeeperProcess::start(state, &binary).await?);
+    println!("✓ mount keeper (pid {})", keeper.pid);
     state.record(MOUNT, &mountpoint.to_string_lossy())?;
     let launch = WorkerLaunch {
-        binary: &binary,
         fabric_addr,
         fabric_dir: running.fabric_dir.as_deref().context("fabric dir")?,
         capability: &capability,
         mountpoint,
     };
-    let worker = WorkerProcess::start(state, &launch).await?;
+    let pid = keeper.serve_volume(&launch).await?;
+    running.worker_pid = Some(pid);
     println!(
-        "✓ volume worker (pid {}) serving {DEFAULT_LABEL} at {} over the fabric ({fabric_addr})",
-        worker.pid,
+        "✓ volume worker (pid {pid}) serving {DEFAULT_LABEL} at {} over the fabric ({fabric_addr})",
         mountpoint.display()
     );
-    Ok(worker)
+    Ok(())
 }
 
 /// Records the endpoint, says what runs where, renews the capability, and waits for a stop
@@ -285,15 +291,10 @@ async fn serve(
     stack: &Stack,
     stop: &mut StopSignals,
 ) -> anyhow::Result<()> {
-    let engine = running.engine.as_mut().context("engine")?;
+    let engine = running.engine.as_ref().context("engine")?;
     state.record(ENDPOINT, &engine.addr)?;
-    summary(
-        state,
-        engine,
-        running.worker.as_ref(),
-        running.mountpoint.as_deref(),
-        stack,
-    );
+    summary(state, engine, running, stack);
+    let engine = running.engine.as_mut().context("engine")?;
     let mut renew = tokio::time::interval(volume::RENEW_EVERY);
     renew.tick().await;
     let capability = state.volume().join("capability");
@@ -309,44 +310,34 @@ async fn serve(
                 }
                 bail!("{ENGINE} exited ({status}):\n{}", engine.log.excerpt(children::LogPart::End))
             }
-            status = ended(running.worker.as_mut()) => {
+            status = ended(running.keeper.as_mut()) => {
                 let status = status?;
-                if status.success() {
-                    println!("the volume worker stopped");
-                    return Ok(());
-                }
-                let worker = running.worker.as_ref().context("worker")?;
-                bail!("the volume worker exited ({status}):\n{}", worker.log.excerpt(children::LogPart::End))
+                let keeper = running.keeper.as_ref().context("keeper")?;
+                bail!("the mount keeper exited ({status}):\n{}", keeper.log.excerpt(children::LogPart::End))
             }
-            _ = renew.tick(), if running.worker.is_some() => {
+            _ = renew.tick(), if running.keeper.is_some() => {
                 agent.issue(&stack.pool, &stack.container, &capability)?;
             }
         }
     }
 }
 
-/// The worker's end; never, when there is none.
-async fn ended(worker: Option<&mut WorkerProcess>) -> std::io::Result<std::process::ExitStatus> {
-    match worker {
-        Some(w) => w.ended().await,
+/// The keeper's end; never, when there is none.
+async fn ended(keeper: Option<&mut KeeperProcess>) -> std::io::Result<std::process::ExitStatus> {
+    match keeper {
+        Some(k) => k.ended().await,
         None => std::future::pending().await,
     }
 }
 
-fn summary(
-    state: &StateDir,
-    engine: &EngineProcess,
-    worker: Option<&WorkerProcess>,
-    mountpoint: Option<&Path>,
-    stack: &Stack,
-) {
+fn summary(state: &StateDir, engine: &EngineProcess, running: &Running, stack: &Stack) {
     println!("\ndpufs is up:");
-    let mount = match (worker, mountpoint) {
-        (Some(w), Some(mp)) => format!(
-            "{} (volume worker pid {}, log {})",
+    let mount = match (&running.keeper, running.worker_pid, &running.mountpoint) {
+        (Some(k), Some(worker), Some(mp)) => format!(
+            "{} (mount keeper pid {k}, volume worker pid {worker}; log {})",
             mp.display(),
-            w.pid,
-            w.log.0.display()
+            k.log.0.display(),
+            k = k.pid,
         ),
         _ => "none".into(),
     };
@@ -394,8 +385,24 @@ fn summary(
 pub async fn down(args: DownArgs) -> anyhow::Result<()> {
     let state = StateDir::new(&args.data_dir);
     let mut did = false;
-    if let Some(pid) = state.running(WORKER_PID, WORKER) {
-        terminate(WORKER, pid, || !runs(pid, WORKER)).await?;
+    if let Some(pid) = state.running(KEEPER_PID, KEEPER) {
+        // It drains its worker and unmounts, if it still can.
+        let socket = volume::keeper_socket(&state);
+        let _ = volume::request(
+            &socket,
+            &serde_json::json!({"op": "unmount", "volume": "default"}),
+        )
+        .await;
+        terminate(KEEPER, pid, || !runs(pid, KEEPER)).await?;
+        println!("stopped the mount keeper (pid {pid})");
+        did = true;
+    }
+    // A keeper killed with -9 leaves its workers serving.
+    for pid in recorded_workers(&state)
+        .into_iter()
+        .filter(|&p| runs(p, KEEPER))
+    {
+        terminate(KEEPER, pid, || !runs(pid, KEEPER)).await?;
         println!("stopped the volume worker (pid {pid})");
         did = true;
     }

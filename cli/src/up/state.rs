@@ -3,11 +3,12 @@
 //! | file | what |
 //! |---|---|
 //! | `endpoint` | the engine's management endpoint (other `dpufs` commands read it) |
-//! | `engine.pid`, `worker.pid` | the children, so `dpufs down` can stop them after a crash of `up` |
-//! | `mount` | the mountpoint the worker serves |
+//! | `engine.pid`, `keeper.pid` | the children, so `dpufs down` can stop them after a crash of `up` |
+//! | `mount` | the mountpoint of the default volume |
 //! | `fabric.dir` | the software fabric's device directory in shared memory |
 //! | `agent.key`, `agent.pub` | the node agent's signing key and the public half the engine trusts |
-//! | `volume/` | the worker's state: capability, control socket, session record, log |
+//! | `volume/` | the worker's capability, renewed by `up` |
+//! | `keeper/`, `keeper.log` | the mount keeper's socket and each worker's state (control socket, session record); their log |
 //! | `engine/`, `engine.log` | the engine's data and log |
 
 use anyhow::{Context, bail};
@@ -21,7 +22,8 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// The programs `up` runs.
 pub const ENGINE: &str = "dpufs-engine";
-pub const WORKER: &str = "dpufs-csi";
+/// The keeper and the workers it starts (one binary).
+pub const KEEPER: &str = "dpufs-csi";
 
 /// Paths inside the state directory.
 #[derive(Debug, Clone)]
@@ -40,9 +42,14 @@ impl StateDir {
         self.dir.join(name)
     }
 
-    /// The worker's state directory.
+    /// The volume's files of the node agent (the worker's capability).
     pub fn volume(&self) -> PathBuf {
         self.dir.join("volume")
+    }
+
+    /// The mount keeper's state directory (its socket, each worker's state).
+    pub fn keeper(&self) -> PathBuf {
+        self.dir.join("keeper")
     }
 
     /// Records `value` in `file`.
@@ -68,7 +75,7 @@ impl StateDir {
     /// Forgets the running stack: pids, endpoint, mount and fabric records. Keeps the data,
     /// the key and the logs.
     pub fn forget(&self) {
-        for file in [ENDPOINT, ENGINE_PID, WORKER_PID, MOUNT, FABRIC_DIR] {
+        for file in [ENDPOINT, ENGINE_PID, KEEPER_PID, MOUNT, FABRIC_DIR] {
             let _ = std::fs::remove_file(self.path(file));
         }
     }
@@ -76,7 +83,7 @@ impl StateDir {
 
 pub const ENDPOINT: &str = "endpoint";
 pub const ENGINE_PID: &str = "engine.pid";
-pub const WORKER_PID: &str = "worker.pid";
+pub const KEEPER_PID: &str = "keeper.pid";
 pub const MOUNT: &str = "mount";
 pub const FABRIC_DIR: &str = "fabric.dir";
 

@@ -1,11 +1,11 @@
-//! `dpufs status`: what the local stack runs — engine, pools, containers, the volume worker
-//! and its mount — from the state directory, the management API and the worker's control
-//! socket.
+//! `dpufs status`: what the local stack runs — engine, pools, containers, the mount keeper,
+//! the volume worker and its mount — from the state directory, the management API, the
+//! keeper's socket and the worker's control socket.
 
 use super::state::{
-    ENDPOINT, ENGINE, ENGINE_PID, MOUNT, StateDir, WORKER, WORKER_PID, mounted_fstype,
+    ENDPOINT, ENGINE, ENGINE_PID, KEEPER, KEEPER_PID, MOUNT, StateDir, mounted_fstype,
 };
-use super::volume::control;
+use super::volume::{control, worker_control};
 use crate::output::{Out, Table, bytes};
 use clap::Args;
 use dpufs_daos::{ContainerAdmin, EngineContainers};
@@ -24,7 +24,10 @@ pub struct StatusArgs {
 struct Status {
     engine: Option<Process>,
     pools: Vec<PoolStatus>,
+    keeper: Option<Process>,
     worker: Option<Process>,
+    /// Workers the keeper replaced after they died.
+    worker_restarts: Option<u64>,
     /// The worker's health and counters, from its control socket.
     worker_health: Option<Value>,
     worker_stats: Option<Value>,
@@ -62,21 +65,28 @@ pub async fn status(args: StatusArgs, system: &str, out: Out) -> anyhow::Result<
         Some(endpoint) => pools(endpoint, system).await?,
         None => Vec::new(),
     };
-    let worker = state.running(WORKER_PID, WORKER).map(|pid| Process {
+    let keeper = state.running(KEEPER_PID, KEEPER).map(|pid| Process {
         pid,
         endpoint: None,
     });
-    let socket = state.volume().join("control.sock");
-    let (worker_health, worker_stats) = match worker {
-        Some(_) => (
-            control(&socket, "health").await.ok(),
-            control(&socket, "stats")
-                .await
-                .ok()
-                .map(|v| v["stats"].clone()),
-        ),
-        None => (None, None),
+    let served = match keeper {
+        Some(_) => worker_control(&state).await,
+        None => None,
     };
+    let (mut worker, mut worker_restarts, mut worker_health, mut worker_stats) =
+        (None, None, None, None);
+    if let Some((volume, socket)) = served {
+        worker = volume["pid"].as_u64().map(|pid| Process {
+            pid: pid as u32,
+            endpoint: None,
+        });
+        worker_restarts = volume["restarts"].as_u64();
+        worker_health = control(&socket, "health").await.ok();
+        worker_stats = control(&socket, "stats")
+            .await
+            .ok()
+            .map(|v| v["stats"].clone());
+    }
     let mount = state.recorded(MOUNT).map(|path| {
         let path = PathBuf::from(path);
         MountStatus {
@@ -87,12 +97,14 @@ pub async fn status(args: StatusArgs, system: &str, out: Out) -> anyhow::Result<
     let status = Status {
         engine,
         pools,
+        keeper,
         worker,
+        worker_restarts,
         worker_health,
         worker_stats,
         mount,
     };
-    let nothing = status.engine.is_none() && status.worker.is_none();
+    let nothing = status.engine.is_none() && status.keeper.is_none();
     out.show(&status, print)?;
     if nothing {
         anyhow::bail!(
@@ -141,7 +153,11 @@ fn print(s: &Status) {
             fields.push(("  container", c.clone()));
         }
     }
+    fields.push(("mount keeper", process(&s.keeper)));
     fields.push(("volume worker", process(&s.worker)));
+    if let Some(n) = s.worker_restarts.filter(|&n| n > 0) {
+        fields.push(("  replaced", format!("{n} time(s) after a crash")));
+    }
     if let Some(h) = &s.worker_health {
         fields.push((
             "  state",

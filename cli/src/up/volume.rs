@@ -3,7 +3,7 @@
 //! volume worker that mounts the default container.
 
 use super::children::{Log, LogPart, spawn};
-use super::state::{StateDir, WORKER, WORKER_PID, terminate};
+use super::state::{KEEPER, KEEPER_PID, StateDir, terminate};
 use anyhow::{Context, bail};
 use dpufs_fabric::session::{AgentKey, Capability, Rights};
 use serde_json::{Value, json};
@@ -70,110 +70,175 @@ impl Agent {
     }
 }
 
-/// What the worker is started with.
+/// What the volume's worker is started with.
 #[derive(Debug)]
 pub struct WorkerLaunch<'a> {
-    pub binary: &'a Path,
     pub fabric_addr: SocketAddr,
     pub fabric_dir: &'a Path,
     pub capability: &'a Path,
     pub mountpoint: &'a Path,
 }
 
-/// The volume worker child process.
+/// The node's mount keeper as a child of `up`: it mounts the volume, holds its connection
+/// and runs its worker, replacing a worker that dies (docs/keeper.md). The mount therefore
+/// survives a crashed worker; `up` stops both at the end.
 #[derive(Debug)]
-pub struct WorkerProcess {
+pub struct KeeperProcess {
     child: Child,
     pub pid: u32,
     pub log: Log,
-    pub control: PathBuf,
+    pub socket: PathBuf,
 }
 
-impl WorkerProcess {
-    /// Starts the worker and waits until it serves the mount.
-    pub async fn start(
-        state: &StateDir,
-        launch: &WorkerLaunch<'_>,
-    ) -> anyhow::Result<WorkerProcess> {
-        let volume = state.volume();
-        let (log, log_file) = Log::create(state.path("worker.log"))?;
-        let mut cmd = Command::new(launch.binary);
-        cmd.arg("worker")
-            .arg("--backend")
-            .arg(format!("engine:{}", launch.fabric_addr))
-            .arg("--capability")
-            .arg(launch.capability)
-            .arg("--fabric-dir")
-            .arg(launch.fabric_dir)
-            .arg("--mountpoint")
-            .arg(launch.mountpoint)
-            .arg("--state-dir")
-            .arg(&volume)
-            .args(["--fsname", "dpufs:default"]);
+impl KeeperProcess {
+    /// Starts `binary keeper` with its state in the stack's directory and waits until it
+    /// answers.
+    pub async fn start(state: &StateDir, binary: &Path) -> anyhow::Result<KeeperProcess> {
+        let dir = state.keeper();
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let (log, log_file) = Log::create(state.path("keeper.log"))?;
+        let mut cmd = Command::new(binary);
+        cmd.arg("keeper").arg("--state-dir").arg(&dir);
         let child = spawn(&mut cmd, log_file, Stdio::null())
-            .with_context(|| format!("starting {}", launch.binary.display()))?;
-        let pid = child.id().context("the worker exited at once")?;
-        state.record(WORKER_PID, &pid.to_string())?;
-        let mut worker = WorkerProcess {
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let pid = child.id().context("the keeper exited at once")?;
+        state.record(KEEPER_PID, &pid.to_string())?;
+        let mut keeper = KeeperProcess {
             child,
             pid,
             log,
-            control: volume.join("control.sock"),
+            socket: keeper_socket(state),
         };
-        worker.wait_serving().await?;
-        Ok(worker)
-    }
-
-    async fn wait_serving(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
+        while request(&keeper.socket, &json!({"op": "list"}))
+            .await
+            .is_err()
+        {
+            if let Some(status) = keeper.child.try_wait()? {
                 bail!(
-                    "{WORKER} worker exited ({status}) before it served the mount:\n{}",
-                    self.log.excerpt(LogPart::Start)
+                    "the mount keeper exited ({status}) before it answered:\n{}",
+                    keeper.log.excerpt(LogPart::Start)
                 );
-            }
-            if let Ok(h) = control(&self.control, "health").await
-                && h["state"] == "serving"
-            {
-                return Ok(());
             }
             if Instant::now() >= deadline {
                 bail!(
-                    "{WORKER} worker did not serve within {} s:\n{}",
-                    READY_TIMEOUT.as_secs(),
-                    self.log.excerpt(LogPart::End)
+                    "the mount keeper did not answer within {} s",
+                    READY_TIMEOUT.as_secs()
                 );
             }
             sleep(Duration::from_millis(20)).await;
         }
+        Ok(keeper)
     }
 
-    /// Waits for the worker to end by itself.
+    /// Mounts the default container and has the keeper start its worker; the worker's pid.
+    pub async fn serve_volume(&self, launch: &WorkerLaunch<'_>) -> anyhow::Result<u32> {
+        let mount = json!({
+            "op": "mount",
+            "volume": VOLUME,
+            "mountpoint": launch.mountpoint,
+            "fsname": format!("dpufs:{VOLUME}"),
+        });
+        let args = [
+            "--backend".to_string(),
+            format!("engine:{}", launch.fabric_addr),
+            "--capability".into(),
+            launch.capability.display().to_string(),
+            "--fabric-dir".into(),
+            launch.fabric_dir.display().to_string(),
+        ];
+        let serve = json!({"op": "serve", "volume": VOLUME, "args": args});
+        for req in [mount, serve.clone()] {
+            let answer = request(&self.socket, &req).await?;
+            if answer["ok"] != true {
+                bail!(
+                    "the mount keeper refused to {}: {}\n{}",
+                    req["op"],
+                    answer["error"].as_str().unwrap_or("?"),
+                    self.log.excerpt(LogPart::End)
+                );
+            }
+            if let Some(pid) = answer["pid"].as_u64() {
+                return Ok(pid as u32);
+            }
+        }
+        bail!("the mount keeper started no worker")
+    }
+
+    /// Waits for the keeper to end by itself.
     pub async fn ended(&mut self) -> std::io::Result<std::process::ExitStatus> {
         self.child.wait().await
     }
 
-    /// Stops the worker: SIGTERM makes it unmount (detaching a busy mount) and exit.
+    /// Has the keeper drain the worker and unmount, then stops the keeper.
     pub async fn stop(&mut self) -> anyhow::Result<()> {
+        let unmounted = request(&self.socket, &json!({"op": "unmount", "volume": VOLUME})).await;
         let child = &mut self.child;
-        terminate(WORKER, self.pid, || !matches!(child.try_wait(), Ok(None))).await
+        let stopped = terminate(KEEPER, self.pid, || !matches!(child.try_wait(), Ok(None))).await;
+        match unmounted {
+            Ok(a) if a["ok"] != true => bail!("unmount: {}", a["error"].as_str().unwrap_or("?")),
+            other => other.map(drop).and(stopped),
+        }
     }
 }
 
-/// One request on a worker's control socket (line-delimited JSON).
+/// The keeper's socket in the stack's directory.
+pub fn keeper_socket(state: &StateDir) -> PathBuf {
+    state.keeper().join("keeper.sock")
+}
+
+/// The control socket of the worker serving the default volume now (the keeper names each
+/// worker's state directory by its generation).
+pub async fn worker_control(state: &StateDir) -> Option<(Value, PathBuf)> {
+    let list = request(&keeper_socket(state), &json!({"op": "list"}))
+        .await
+        .ok()?;
+    let volume = list["volumes"]
+        .as_array()?
+        .iter()
+        .find(|v| v["volume"] == VOLUME)?
+        .clone();
+    let dir = state
+        .keeper()
+        .join("volumes")
+        .join(VOLUME)
+        .join(format!("worker-{}", volume["generation"].as_u64()?));
+    Some((volume, dir.join("control.sock")))
+}
+
+/// Workers the keeper recorded (a keeper killed with -9 leaves its workers serving).
+pub fn recorded_workers(state: &StateDir) -> Vec<u32> {
+    let Ok(dirs) = std::fs::read_dir(state.keeper().join("volumes")) else {
+        return Vec::new();
+    };
+    dirs.filter_map(|d| {
+        let text = std::fs::read(d.ok()?.path().join("volume.json")).ok()?;
+        let record: Value = serde_json::from_slice(&text).ok()?;
+        record["worker_pid"].as_u64().map(|p| p as u32)
+    })
+    .collect()
+}
+
+/// One request on a worker's control socket.
 pub async fn control(socket: &Path, op: &str) -> anyhow::Result<Value> {
+    request(socket, &json!({ "op": op })).await
+}
+
+/// One line-delimited JSON request on a unix socket (a worker's control socket or the
+/// keeper's) and its one-line answer.
+pub async fn request(socket: &Path, req: &Value) -> anyhow::Result<Value> {
     let exchange = async {
         let mut stream = UnixStream::connect(socket).await?;
-        let mut line = json!({ "op": op }).to_string();
+        let mut line = req.to_string();
         line.push('\n');
         stream.write_all(line.as_bytes()).await?;
         let mut answer = String::new();
         BufReader::new(stream).read_line(&mut answer).await?;
         anyhow::Ok(serde_json::from_str::<Value>(&answer)?)
     };
-    timeout(Duration::from_secs(5), exchange)
+    // Serving waits for the worker to start (the keeper allows it 30 s).
+    timeout(Duration::from_secs(60), exchange)
         .await
         .with_context(|| format!("{} did not answer", socket.display()))?
-        .with_context(|| format!("control socket {}", socket.display()))
+        .with_context(|| format!("socket {}", socket.display()))
 }
