@@ -88,6 +88,8 @@ impl Keeper {
 
     /// Serves requests and supervises workers until the process ends.
     pub fn run(self: &Arc<Self>) -> Result<()> {
+        // Bound before recovering: binding fails while another keeper answers, and only a
+        // keeper that owns the state directory may clean up what it finds there.
         let listener =
             control::bind(&Self::socket(&self.state_dir)).context("bind the keeper socket")?;
         self.recover()?;
