@@ -192,15 +192,36 @@ impl Volume {
     }
 }
 
-/// Stops the keeper of `state` (it unmounts the volume) when the test ends, however it ends.
-struct KeeperCleanup<'a> {
-    state: &'a Path,
-    mountpoint: &'a Path,
+/// One test's node: the keeper's state directory, a volume and the container's cgroup.
+/// When the test ends, however it ends, the keeper unmounts the volume and is killed.
+struct Node {
+    state: tempfile::TempDir,
+    vol: Volume,
+    container: ContainerCgroup,
 }
 
-impl Drop for KeeperCleanup<'_> {
+impl Node {
+    fn new() -> Option<Node> {
+        Some(Node {
+            state: tempdir("dpufs-lstate-"),
+            vol: Volume::new(),
+            container: ContainerCgroup::new()?,
+        })
+    }
+
+    fn launcher(&self, own_pid_ns: bool, start: &str, with_volume: bool) -> Command {
+        launcher_cmd(
+            own_pid_ns,
+            self.state.path(),
+            start,
+            with_volume.then_some(&self.vol),
+        )
+    }
+}
+
+impl Drop for Node {
     fn drop(&mut self) {
-        let socket = Keeper::socket(self.state);
+        let socket = Keeper::socket(self.state.path());
         let _ = request(&socket, &json!({"op": "unmount", "volume": "vol"}));
         if let Ok((list, _)) = request(&socket, &json!({"op": "list"}))
             && let Some(pid) = list["pid"].as_i64()
@@ -208,7 +229,7 @@ impl Drop for KeeperCleanup<'_> {
             // SAFETY: plain kill(2).
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
-        force_unmount(self.mountpoint);
+        force_unmount(&self.vol.mountpoint);
     }
 }
 
@@ -239,21 +260,13 @@ fn a_killed_plugin_namespace_and_cgroup_leave_the_mount_serving_and_the_next_lau
     if !can_mount() || !fio_available() || !unshare_available() {
         return;
     }
-    let state = tempdir("dpufs-lstate-");
-    let vol = Volume::new();
-    let _cleanup = KeeperCleanup {
-        state: state.path(),
-        mountpoint: &vol.mountpoint,
-    };
-    let Some(container) = ContainerCgroup::new() else {
+    let Some(node) = Node::new() else {
         return;
     };
+    let (vol, container) = (&node.vol, &node.container);
 
     // A plugin with hostPID starts the node's keeper: detached, in its own cgroups.
-    let mut first = launch(
-        &container,
-        launcher_cmd(false, state.path(), "detach", None),
-    );
+    let mut first = launch(container, node.launcher(false, "detach", false));
     let keeper = first.number_after("keeper pid ");
     first.line_with("started (Detach)");
     assert!(
@@ -261,15 +274,12 @@ fn a_killed_plugin_namespace_and_cgroup_leave_the_mount_serving_and_the_next_lau
         "the keeper left the container's cgroup"
     );
     assert_ne!(parent_of(keeper), first.pid, "the keeper is nobody's child");
-    kill_container(&mut first, &container);
+    kill_container(&mut first, container);
     assert!(alive(keeper), "the keeper outlived its launcher's cgroup");
 
     // The plugin restarted as PID 1 of its own PID namespace: it adopts the keeper, which
     // mounts the volume and starts its worker — outside the namespace and the cgroup.
-    let mut second = launch(
-        &container,
-        launcher_cmd(true, state.path(), "never", Some(&vol)),
-    );
+    let mut second = launch(container, node.launcher(true, "never", true));
     second.line_with("(1 in its PID namespace)");
     assert_eq!(second.number_after("keeper pid "), keeper);
     let worker = second.number_after("worker pid ");
@@ -284,7 +294,7 @@ fn a_killed_plugin_namespace_and_cgroup_leave_the_mount_serving_and_the_next_lau
     let probe = vol.mountpoint.join("probe");
     std::fs::write(&probe, vec![5u8; 128 << 10]).unwrap();
     let ((ok, fio_errors, report), watcher) = under_load(&vol.mountpoint, &probe, 5, false, || {
-        kill_container(&mut second, &container);
+        kill_container(&mut second, container);
         assert!(!alive(second.pid), "the namespace's init is dead");
     });
     assert!(ok && fio_errors == 0, "fio errors {fio_errors}: {report}");
@@ -292,14 +302,11 @@ fn a_killed_plugin_namespace_and_cgroup_leave_the_mount_serving_and_the_next_lau
     assert!(alive(worker) && alive(keeper));
 
     // The next plugin finds the same worker serving and adopts it.
-    let mut third = launch(
-        &container,
-        launcher_cmd(true, state.path(), "never", Some(&vol)),
-    );
+    let mut third = launch(container, node.launcher(true, "never", true));
     assert_eq!(third.number_after("keeper pid "), keeper);
     third.line_with(&format!("worker pid {worker} adopted (generation 1)"));
     assert_eq!(std::fs::read(&probe).unwrap(), vec![5u8; 128 << 10]);
-    kill_container(&mut third, &container);
+    kill_container(&mut third, container);
 }
 
 #[test]
@@ -307,19 +314,15 @@ fn without_the_escape_the_namespace_takes_the_mount_and_the_next_keeper_cleans_u
     if !can_mount() || !unshare_available() {
         return;
     }
-    let state = tempdir("dpufs-lstate-");
-    let vol = Volume::new();
-    let _cleanup = KeeperCleanup {
-        state: state.path(),
-        mountpoint: &vol.mountpoint,
-    };
-    let Some(container) = ContainerCgroup::new() else {
+    let Some(node) = Node::new() else {
         return;
     };
+    let (vol, container) = (&node.vol, &node.container);
 
     // In a PID namespace of its own, a launcher refuses to start a keeper that would die
     // with it...
-    let refusing = launcher_cmd(true, state.path(), "auto", Some(&vol))
+    let refusing = node
+        .launcher(true, "auto", true)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -339,25 +342,19 @@ fn without_the_escape_the_namespace_takes_the_mount_and_the_next_keeper_cleans_u
     );
 
     // ... unless told to: then the keeper and the worker are inside, and die with it.
-    let mut inside = launch(
-        &container,
-        launcher_cmd(true, state.path(), "child", Some(&vol)),
-    );
+    let mut inside = launch(container, node.launcher(true, "child", true));
     inside.line_with("started (Child)");
     std::fs::write(vol.mountpoint.join("kept"), b"on the backing store").unwrap();
-    kill_container(&mut inside, &container);
+    kill_container(&mut inside, container);
     assert!(
-        request(&Keeper::socket(state.path()), &json!({"op": "list"})).is_err(),
+        request(&Keeper::socket(node.state.path()), &json!({"op": "list"})).is_err(),
         "the keeper died with the namespace"
     );
     let dead = std::fs::read(vol.mountpoint.join("kept")).unwrap_err();
     assert_eq!(errno_of(&dead), "ENOTCONN");
 
     // The next keeper detaches the dead mount, drops its stale state, and serves again.
-    let mut next = launch(
-        &container,
-        launcher_cmd(false, state.path(), "detach", Some(&vol)),
-    );
+    let mut next = launch(container, node.launcher(false, "detach", true));
     next.line_with("detached the dead mount");
     assert!(
         next.line_with(": worker pid").ends_with("started"),
@@ -371,5 +368,5 @@ fn without_the_escape_the_namespace_takes_the_mount_and_the_next_keeper_cleans_u
         std::fs::read(vol.mountpoint.join("kept")).unwrap(),
         b"on the backing store"
     );
-    kill_container(&mut next, &container);
+    kill_container(&mut next, container);
 }
