@@ -47,16 +47,21 @@ impl Engine {
         req.ok_or_else(|| der(Der::Inval, "no container named"))
     }
 
-    /// Creates a container; a repeat with the same UUID and label returns it.
-    pub fn cont_create(&self, req: eng::ContCreateReq) -> Result<eng::ContInfo> {
-        validate_label(&req.label)
+    /// Checks a new container's label and gives its UUID: the one asked for, or a fresh one.
+    pub(crate) fn new_container_uuid(label: &str, uuid: &str) -> Result<String> {
+        validate_label(label)
             .map_err(|e| der(Der::Inval, format!("invalid container label: {e}")))?;
-        let uuid = match req.uuid.as_str() {
+        let uuid = match uuid {
             "" => uuid::Uuid::new_v4(),
             u => uuid::Uuid::parse_str(u)
                 .map_err(|_| der(Der::Inval, format!("container UUID {u:?} is not a UUID")))?,
-        }
-        .to_string();
+        };
+        Ok(uuid.to_string())
+    }
+
+    /// Creates a container; a repeat with the same UUID and label returns it.
+    pub fn cont_create(&self, req: eng::ContCreateReq) -> Result<eng::ContInfo> {
+        let uuid = Self::new_container_uuid(&req.label, &req.uuid)?;
         let cont = self.store.write(|t| {
             let pool = t.resolve_pool(&req.pool)?;
             if let Some(existing) = t.find_container(&pool.uuid, &uuid)? {
@@ -89,11 +94,7 @@ impl Engine {
     /// (durably), then the files, so a crash between leaves only files start-up removes.
     pub fn cont_destroy(&self, req: eng::ContDestroyReq) -> Result<eng::ContDestroyResp> {
         let cref = Self::cont_ref(req.cont)?;
-        let _serial = self
-            .volumes
-            .lifecycle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let _serial = self.volumes.lifecycle();
         let (pool, cont) = self.store.write(|t| {
             let (pool, cont) = self.resolve(t, &cref)?;
             t.delete_container(&cont)?;

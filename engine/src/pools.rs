@@ -266,11 +266,7 @@ impl Engine {
 
     /// PoolDestroy: refused while containers exist unless recursive.
     pub fn pool_destroy(&self, req: mgmt::PoolDestroyReq) -> Result<mgmt::PoolDestroyResp> {
-        let _serial = self
-            .volumes
-            .lifecycle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let _serial = self.volumes.lifecycle();
         let pool = self.store.write(|t| {
             let pool = t.resolve_pool(&req.id)?;
             let containers = t.containers(&pool.uuid)?.len();

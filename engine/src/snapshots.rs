@@ -7,7 +7,6 @@ use crate::error::{Result, der};
 use crate::records::{ContRecord, SnapshotRecord, now_unix};
 use crate::store::Reader;
 use dpufs_proto::daos::der::Der;
-use dpufs_proto::daos::label::validate_label;
 use dpufs_proto::daos::props;
 use dpufs_proto::engine::v1 as eng;
 
@@ -16,11 +15,7 @@ impl Engine {
     /// written (durably) before the record that names it commits.
     pub fn snapshot_create(&self, req: eng::SnapshotCreateReq) -> Result<eng::Snapshot> {
         let cref = Self::cont_ref(req.cont)?;
-        let _serial = self
-            .volumes
-            .lifecycle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let _serial = self.volumes.lifecycle();
         let (pool, cont) = self.store.read(|v| self.resolve(v, &cref))?;
         let name_taken = |cont: &ContRecord| {
             if !req.name.is_empty() && cont.snapshots.iter().any(|s| s.name == req.name) {
@@ -59,11 +54,7 @@ impl Engine {
         let mut target = req
             .target
             .ok_or_else(|| der(Der::Inval, "no container to create"))?;
-        let _serial = self
-            .volumes
-            .lifecycle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let _serial = self.volumes.lifecycle();
         let (pool, source) = self.store.read(|v| self.resolve(v, &src_ref))?;
         if !target.pool.is_empty()
             && self.store.read(|v| v.resolve_pool(&target.pool))?.uuid != pool.uuid
@@ -80,14 +71,7 @@ impl Engine {
             })
             .ok_or_else(|| der(Der::Nonexist, "no such snapshot"))?
             .clone();
-        validate_label(&target.label)
-            .map_err(|e| der(Der::Inval, format!("invalid container label: {e}")))?;
-        let uuid = match target.uuid.as_str() {
-            "" => uuid::Uuid::new_v4(),
-            u => uuid::Uuid::parse_str(u)
-                .map_err(|_| der(Der::Inval, format!("container UUID {u:?} is not a UUID")))?,
-        }
-        .to_string();
+        let uuid = Self::new_container_uuid(&target.label, &target.uuid)?;
         if let Some(existing) = self.store.read(|v| v.find_container(&pool.uuid, &uuid))? {
             if existing.label == target.label {
                 return Ok(cont_info(&existing));
@@ -129,11 +113,7 @@ impl Engine {
     /// Destroys a snapshot named by epoch or name, with its namespace.
     pub fn snapshot_destroy(&self, req: eng::SnapshotDestroyReq) -> Result<eng::SnapshotListResp> {
         let cref = Self::cont_ref(req.cont)?;
-        let _serial = self
-            .volumes
-            .lifecycle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let _serial = self.volumes.lifecycle();
         let (pool, before) = self.store.read(|v| self.resolve(v, &cref))?;
         let mut left = Vec::new();
         self.update_container(&cref, |_, cont| {

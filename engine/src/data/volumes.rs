@@ -36,7 +36,7 @@ pub struct VolumeKey {
 pub struct Volumes {
     inner: Mutex<Open>,
     /// Serializes snapshot, clone and destroy of namespaces (they pick epochs and paths).
-    pub(crate) lifecycle: Mutex<()>,
+    lifecycle: Mutex<()>,
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +65,11 @@ pub fn quota_of(cont: &ContRecord) -> Option<u64> {
 impl Volumes {
     fn lock(&self) -> MutexGuard<'_, Open> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Held while a namespace is snapshotted, cloned or destroyed (one at a time).
+    pub(crate) fn lifecycle(&self) -> MutexGuard<'_, ()> {
+        self.lifecycle.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
