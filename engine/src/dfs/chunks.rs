@@ -3,7 +3,7 @@
 //! beyond its file's end) are holes and read as zeros.
 
 use super::disk::DiskFile;
-use super::inode::{Oid, Time};
+use super::inode::{Inode, Oid, Time};
 use super::namespace::{INODES, Namespace, WriteState, get_inode, put_inode};
 use super::{DfsResult, Errno, err};
 use std::path::{Path, PathBuf};
@@ -80,8 +80,8 @@ impl Namespace {
         })
     }
 
-    /// Reads up to `buf.len()` bytes at `offset`; holes read as zeros.
-    pub fn read(&self, oid: Oid, offset: u64, buf: &mut [u8]) -> DfsResult<usize> {
+    /// The inode of `oid` if it is a regular file; EISDIR for a directory, EINVAL otherwise.
+    fn regular_file(&self, oid: Oid, what: &str) -> DfsResult<Inode> {
         let ino = self.getattr(oid)?;
         if !ino.is_file() {
             let errno = if ino.is_dir() {
@@ -89,8 +89,14 @@ impl Namespace {
             } else {
                 Errno::Inval
             };
-            return Err(err(errno, "can only read regular files"));
+            return Err(err(errno, format!("can only {what} regular files")));
         }
+        Ok(ino)
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; holes read as zeros.
+    pub fn read(&self, oid: Oid, offset: u64, buf: &mut [u8]) -> DfsResult<usize> {
+        let ino = self.regular_file(oid, "read")?;
         let len = (buf.len() as u64).min(ino.size.saturating_sub(offset));
         // The lock only guards the chunk cache: reads run side by side.
         let files: Vec<_> = {
@@ -118,15 +124,7 @@ impl Namespace {
         self.writable()?;
         let end = check_end(offset, data.len() as u64)?;
         let mut st = self.writes.lock().expect("writes lock");
-        let ino = self.getattr(oid)?;
-        if !ino.is_file() {
-            let errno = if ino.is_dir() {
-                Errno::IsDir
-            } else {
-                Errno::Inval
-            };
-            return Err(err(errno, "can only write regular files"));
-        }
+        self.regular_file(oid, "write")?;
         if data.is_empty() {
             // pwrite(2) of nothing changes nothing, not even the size.
             return Ok(());
