@@ -4,24 +4,17 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use dpufs_fabric::session::testing::KvStore;
 use dpufs_fabric::session::{
-    AgentKey, Bulk, Capability, Forgery, Invalidation, LeaseClaim, LeaseEventKind, LeaseRight,
-    Limits, MAX_CONTROL_MESSAGE, Rights, RunningServer, ServerConfig, SessionConfig, SessionError,
+    Bulk, Capability, Forgery, Invalidation, LeaseClaim, LeaseEventKind, LeaseRight, Limits,
+    MAX_CONTROL_MESSAGE, Rights, RunningServer, ServerConfig, SessionConfig, SessionError,
     SignedCapability, TenantSession,
 };
 use dpufs_fabric::soft::{DeviceOptions, SoftDevice};
 
-struct Bed {
-    dir: tempfile::TempDir,
-    agent: AgentKey,
-    store: Arc<KvStore>,
-    server: RunningServer<SoftDevice>,
-}
+use common::KvBed as Bed;
 
 /// Another server on node 2 of `bed`'s directory, trusting the same agent.
 fn second_server(bed: &Bed) -> RunningServer<SoftDevice> {
@@ -35,20 +28,7 @@ fn second_server(bed: &Bed) -> RunningServer<SoftDevice> {
 
 impl Bed {
     fn new(config: ServerConfig) -> Bed {
-        let dir = common::device_dir("dpufs-session-test");
-        let agent = AgentKey::generate().unwrap();
-        let store = KvStore::new();
-        let server = common::kv_server(dir.path(), &agent, &store, config);
-        Bed {
-            dir,
-            agent,
-            store,
-            server,
-        }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        self.server.server().local_addr()
+        Bed::start("dpufs-session-test", config)
     }
 
     fn cap(&self, tenant: &str, rights: Rights) -> SignedCapability {

@@ -10,17 +10,15 @@ mod common;
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
-use std::net::SocketAddr;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use dpufs_fabric::session::testing::{KvStore, LATE_FILL};
 use dpufs_fabric::session::{
     AgentKey, Backoff, Bulk, Capability, Connection, Forgery, LeaseClaim, LeaseEventKind,
-    LeaseRight, Rights, RunningServer, ServerConfig, SessionConfig, SessionError, SignedCapability,
-    TenantSession, unix_now,
+    LeaseRight, Rights, ServerConfig, SessionConfig, SessionError, SignedCapability, TenantSession,
+    unix_now,
 };
 use dpufs_fabric::soft::{DeviceOptions, SoftDevice};
 use dpufs_fabric::{inc_rkey, key_index};
@@ -29,33 +27,11 @@ use dpufs_fabric::{inc_rkey, key_index};
 const WAIT: Duration = Duration::from_secs(60);
 
 /// The world of one test: device directory, node agent key, engine.
-struct World {
-    dir: tempfile::TempDir,
-    agent: AgentKey,
-    store: Arc<KvStore>,
-    server: RunningServer<SoftDevice>,
-}
+use common::KvBed as World;
 
 impl World {
     fn new() -> World {
-        World::with(ServerConfig::default())
-    }
-
-    fn with(config: ServerConfig) -> World {
-        let dir = common::device_dir("dpufs-session-iso");
-        let agent = AgentKey::generate().unwrap();
-        let store = KvStore::new();
-        let server = common::kv_server(dir.path(), &agent, &store, config);
-        World {
-            dir,
-            agent,
-            store,
-            server,
-        }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        self.server.server().local_addr()
+        World::start("dpufs-session-iso", ServerConfig::default())
     }
 
     fn claims(&self, tenant: &str) -> Capability {

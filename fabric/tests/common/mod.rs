@@ -3,6 +3,7 @@
 //! conformance suite. Each binary uses a part of it.
 #![allow(dead_code)]
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -35,6 +36,35 @@ pub fn kv_server(
         .unwrap()
         .spawn()
         .unwrap()
+}
+
+/// A test's session server: a device directory, the node agent key it trusts, and a server
+/// on node 2 serving a [`KvStore`].
+pub struct KvBed {
+    pub dir: tempfile::TempDir,
+    pub agent: AgentKey,
+    pub store: Arc<KvStore>,
+    pub server: RunningServer<SoftDevice>,
+}
+
+impl KvBed {
+    /// A bed in a new device directory named with `prefix`.
+    pub fn start(prefix: &str, config: ServerConfig) -> KvBed {
+        let dir = device_dir(prefix);
+        let agent = AgentKey::generate().unwrap();
+        let store = KvStore::new();
+        let server = kv_server(dir.path(), &agent, &store, config);
+        KvBed {
+            dir,
+            agent,
+            store,
+            server,
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.server.server().local_addr()
+    }
 }
 
 /// One `#[test]` per conformance case, each calling the including file's `run_case(name)`,
