@@ -227,18 +227,7 @@ impl TrustedAgents {
 mod tests {
     use super::*;
     use crate::session::Rights;
-
-    fn claims(not_after: u64) -> Capability {
-        Capability {
-            tenant: "acme".into(),
-            volume: "pvc-1".into(),
-            pool: "p".into(),
-            container: "c".into(),
-            rights: Rights::READ_ONLY,
-            not_after,
-            nonce: [7; 16],
-        }
-    }
+    use crate::session::capability::tests::claims;
 
     fn trusting(key: &AgentKey) -> TrustedAgents {
         let mut t = TrustedAgents::new();

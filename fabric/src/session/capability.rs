@@ -313,10 +313,12 @@ impl SignedCapability {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn claims(not_after: u64) -> Capability {
+    /// Fixed claims (tenant "acme", read-only) ending at `not_after`; the agent's tests sign
+    /// them too.
+    pub(crate) fn claims(not_after: u64) -> Capability {
         Capability {
             tenant: "acme".into(),
             volume: "pvc-1".into(),
