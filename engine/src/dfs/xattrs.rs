@@ -48,6 +48,17 @@ fn allowed(ino: &Inode, name: &str) -> bool {
     !name.starts_with("user.") || ino.is_file() || ino.is_dir()
 }
 
+/// EPERM unless `name` may be set on or removed from `ino` (see [`allowed`]).
+fn may_change(ino: &Inode, name: &str) -> DfsResult<()> {
+    if !allowed(ino, name) {
+        return Err(err(
+            Errno::Perm,
+            "user attributes only on files and directories",
+        ));
+    }
+    Ok(())
+}
+
 /// Removes every attribute of an object that is going away.
 pub(super) fn drop_all(tx: &WriteTransaction, oid: Oid) -> DfsResult<()> {
     let mut xattrs = tx.open_table(XATTRS)?;
@@ -71,13 +82,7 @@ impl Namespace {
             ));
         }
         self.update(|tx| {
-            let ino = get_inode(&tx.open_table(INODES)?, oid)?;
-            if !allowed(&ino, name) {
-                return Err(err(
-                    Errno::Perm,
-                    "user attributes only on files and directories",
-                ));
-            }
+            may_change(&get_inode(&tx.open_table(INODES)?, oid)?, name)?;
             let mut xattrs = tx.open_table(XATTRS)?;
             let exists = xattrs.get((oid, name))?.is_some();
             match how {
@@ -119,13 +124,7 @@ impl Namespace {
     pub fn removexattr(&self, oid: Oid, name: &str) -> DfsResult<()> {
         check_name(name)?;
         self.update(|tx| {
-            let ino = get_inode(&tx.open_table(INODES)?, oid)?;
-            if !allowed(&ino, name) {
-                return Err(err(
-                    Errno::Perm,
-                    "user attributes only on files and directories",
-                ));
-            }
+            may_change(&get_inode(&tx.open_table(INODES)?, oid)?, name)?;
             if tx.open_table(XATTRS)?.remove((oid, name))?.is_some() {
                 Ok(())
             } else {
