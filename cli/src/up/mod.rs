@@ -387,12 +387,7 @@ pub async fn down(args: DownArgs) -> anyhow::Result<()> {
     let mut did = false;
     if let Some(pid) = state.running(KEEPER_PID, KEEPER) {
         // It drains its worker and unmounts, if it still can.
-        let socket = volume::keeper_socket(&state);
-        let _ = volume::request(
-            &socket,
-            &serde_json::json!({"op": "unmount", "volume": "default"}),
-        )
-        .await;
+        let _ = volume::unmount(&volume::keeper_socket(&state)).await;
         terminate(KEEPER, pid, || !runs(pid, KEEPER)).await?;
         println!("stopped the mount keeper (pid {pid})");
         did = true;

@@ -172,7 +172,7 @@ impl KeeperProcess {
 
     /// Has the keeper drain the worker and unmount, then stops the keeper.
     pub async fn stop(&mut self) -> anyhow::Result<()> {
-        let unmounted = request(&self.socket, &json!({"op": "unmount", "volume": VOLUME})).await;
+        let unmounted = unmount(&self.socket).await;
         let child = &mut self.child;
         let stopped = terminate(KEEPER, self.pid, || !matches!(child.try_wait(), Ok(None))).await;
         match unmounted {
@@ -180,6 +180,11 @@ impl KeeperProcess {
             other => other.map(drop).and(stopped),
         }
     }
+}
+
+/// Asks the keeper at `socket` to drain the default volume's worker and unmount it.
+pub async fn unmount(socket: &Path) -> anyhow::Result<Value> {
+    request(socket, &json!({"op": "unmount", "volume": VOLUME})).await
 }
 
 /// The keeper's socket in the stack's directory.

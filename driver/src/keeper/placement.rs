@@ -87,13 +87,6 @@ fn move_into(cgroup: &Path) -> Result<()> {
         .with_context(|| format!("join {}", cgroup.display()))
 }
 
-/// The cgroup paths (relative to each hierarchy's root) `pid` is in, one line per hierarchy.
-pub fn cgroups_of(pid: u32) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .with_context(|| format!("read /proc/{pid}/cgroup"))?;
-    Ok(text.lines().map(str::to_string).collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
