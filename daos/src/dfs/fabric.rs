@@ -21,11 +21,6 @@ impl<D: RdmaDevice> FabricTransport<D> {
 
 impl<D: RdmaDevice> DfsTransport for FabricTransport<D> {
     fn call(&self, request: &[u8], bulk: Bulk<'_>) -> Result<TransportReply, TransportError> {
-        let bulk = match bulk {
-            Bulk::None => session::Bulk::None,
-            Bulk::ToServer(data) => session::Bulk::ToServer(data),
-            Bulk::FromServer(buf) => session::Bulk::FromServer(buf),
-        };
         let reply = self.conn.call(request, bulk).map_err(transport_error)?;
         Ok(TransportReply {
             message: reply.message,

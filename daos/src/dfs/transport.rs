@@ -3,32 +3,9 @@
 
 use std::fmt;
 
-/// The request's payload buffer, which the engine reaches by RMA (a scoped rkey over it).
-#[derive(Debug)]
-pub enum Bulk<'a> {
-    /// The request moves no file data.
-    None,
-    /// A Write: the engine pulls (RDMA READ) from this buffer.
-    ToServer(&'a [u8]),
-    /// A Read: the engine pushes (RDMA WRITE) into this buffer.
-    FromServer(&'a mut [u8]),
-}
-
-impl Bulk<'_> {
-    /// Bytes in the buffer.
-    pub fn len(&self) -> usize {
-        match self {
-            Bulk::None => 0,
-            Bulk::ToServer(b) => b.len(),
-            Bulk::FromServer(b) => b.len(),
-        }
-    }
-
-    /// Whether there is no buffer (or an empty one).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
+/// The request's payload buffer, which the engine reaches by RMA (a scoped rkey over it):
+/// the tenant session's own type, so the fabric transport passes it on as it is.
+pub use dpufs_fabric::session::Bulk;
 
 /// What came back for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
