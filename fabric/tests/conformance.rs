@@ -1,7 +1,9 @@
 //! The conformance suite against the software provider, across real processes: this test
 //! process holds node 1's device context, a `fabric-peer` process the engine on node 2 (and,
 //! for the cross-tenant case, a second tenant on node 1). One test per case, and one test per
-//! NIC check proving that switching it off makes its witness case fail.
+//! NIC check proving that switching it off makes its witness case fail. The suite and the
+//! check switches run once more with the engine in a second context of node 1's device, where
+//! transfers take the same-device path (a unix socket and one copy between the buffers).
 
 mod common;
 
@@ -14,6 +16,14 @@ use dpufs_fabric::soft::{DISABLE_CHECKS_ENV, DeviceOptions, SoftDevice};
 
 /// Node 1 opened here and a peer process, both with `disabled` checks switched off.
 fn env(disabled: NicChecks) -> (tempfile::TempDir, Env<SoftDevice>) {
+    env_with_engine_on(disabled, "node2")
+}
+
+/// As [`env`], with the peer's engine context on device `engine_device`.
+fn env_with_engine_on(
+    disabled: NicChecks,
+    engine_device: &str,
+) -> (tempfile::TempDir, Env<SoftDevice>) {
     let dir = common::device_dir("dpufs-fabric-test");
     let opts = DeviceOptions {
         disabled_checks: disabled,
@@ -28,7 +38,7 @@ fn env(disabled: NicChecks) -> (tempfile::TempDir, Env<SoftDevice>) {
         cmd.env(DISABLE_CHECKS_ENV, disabled.to_string());
     }
     let peer = Peer::spawn(cmd).expect("spawn fabric-peer");
-    let env = Env::new(dev, "node1", peer, "node2").expect("engine setup in the peer");
+    let env = Env::new(dev, "node1", peer, engine_device).expect("engine setup in the peer");
     (dir, env)
 }
 
@@ -47,12 +57,16 @@ dpufs_fabric::conformance_cases!(case_tests);
 /// Runs the whole suite with `check` off in both processes' responders and asserts that its
 /// witness fails. Prints every failing case, which documents what each check protects.
 fn switched_off(check: NicChecks) {
+    switched_off_with_engine_on(check, "node2");
+}
+
+fn switched_off_with_engine_on(check: NicChecks, engine_device: &str) {
     let witness = CHECK_WITNESSES
         .iter()
         .find(|(c, _)| *c == check)
         .map(|(_, w)| *w)
         .expect("every check has a witness");
-    let (_dir, env) = env(check);
+    let (_dir, env) = env_with_engine_on(check, engine_device);
     let failed: Vec<&str> = conformance::run_suite(&env, |_| true)
         .into_iter()
         .filter(|(_, r)| r.is_err())
@@ -103,4 +117,21 @@ fn check_switch_bounds() {
 #[test]
 fn every_check_has_a_switch_test() {
     assert_eq!(CHECK_WITNESSES.len(), NicChecks::each().count());
+}
+
+#[test]
+fn the_suite_passes_between_contexts_of_one_device() {
+    let (_dir, env) = env_with_engine_on(NicChecks::NONE, "node1");
+    let failed: Vec<String> = conformance::run_suite(&env, |_| true)
+        .into_iter()
+        .filter_map(|(name, r)| r.err().map(|f| format!("{name}: {f}")))
+        .collect();
+    assert!(failed.is_empty(), "failed on one device: {failed:#?}");
+}
+
+#[test]
+fn every_check_is_needed_between_contexts_of_one_device() {
+    for (check, _) in NicChecks::each() {
+        switched_off_with_engine_on(check, "node1");
+    }
 }

@@ -104,6 +104,8 @@ pub struct EngineLaunch<'a> {
     pub agent_key: &'a Path,
     /// The software fabric's device directory.
     pub fabric_dir: &'a Path,
+    /// The engine's device in it.
+    pub fabric_device: &'a str,
 }
 
 /// The engine child process.
@@ -135,6 +137,7 @@ impl EngineProcess {
             ])
             .arg("--agent-key")
             .arg(launch.agent_key)
+            .args(["--fabric-device", launch.fabric_device])
             .env("DPUFS_FABRIC_DIR", launch.fabric_dir);
         if let Some(capacity) = launch.capacity {
             cmd.args(["--capacity", &capacity.to_string()]);

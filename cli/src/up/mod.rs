@@ -50,6 +50,12 @@ pub struct UpArgs {
     /// Size of the default pool when it is created, e.g. 16G [default: 1G].
     #[arg(long, value_parser = crate::size::parse_size)]
     pool_size: Option<u64>,
+    /// The engine's software fabric device. By default the worker's (`dpufs-node`): one
+    /// machine has one NIC, so payloads move by one copy between the two processes' buffers.
+    /// Another name puts the engine on a device of its own, as on another node: payloads
+    /// then cross TCP, as they would cross the network.
+    #[arg(long, default_value = "dpufs-node")]
+    engine_device: String,
 }
 
 #[derive(Debug, Args)]
@@ -172,6 +178,7 @@ async fn bring_up(
         ranks: args.ranks,
         agent_key: &agent.public_key,
         fabric_dir: &fabric_dir,
+        fabric_device: &args.engine_device,
     };
     let Some(engine) = or_stop(stop, EngineProcess::start(state, &launch)).await else {
         return Ok(());

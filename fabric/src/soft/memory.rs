@@ -14,7 +14,9 @@
 //! READ are defined once that operation's completion has been polled; reading earlier gives
 //! unspecified bytes (never undefined behaviour for the reader's own memory).
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use memmap2::{MmapOptions, MmapRaw};
@@ -25,6 +27,8 @@ use crate::error::{FabricError, Result};
 #[derive(Debug)]
 pub(crate) struct Memory {
     map: MmapRaw,
+    /// The backing file, kept open to hand it to a same-device peer (see `channel`).
+    file: File,
     path: PathBuf,
 }
 
@@ -44,7 +48,29 @@ impl Memory {
         let map = MmapOptions::new()
             .map_raw(&file)
             .map_err(|e| FabricError::io("map registered memory", e))?;
-        Ok(Memory { map, path })
+        Ok(Memory { map, file, path })
+    }
+
+    /// Maps a buffer whose file a same-device peer handed over.
+    pub fn from_fd(file: File) -> Result<Memory> {
+        let map = MmapOptions::new()
+            .map_raw(&file)
+            .map_err(|e| FabricError::io("map a handed-over buffer", e))?;
+        Ok(Memory {
+            map,
+            file,
+            path: PathBuf::new(),
+        })
+    }
+
+    /// The backing file's descriptor.
+    pub fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    /// False once the owner deregistered the buffer (its file is unlinked then).
+    pub fn is_registered(&self) -> bool {
+        self.file.metadata().is_ok_and(|m| m.nlink() > 0)
     }
 
     /// Maps the buffer another context registered as `mem_id`.
@@ -58,7 +84,7 @@ impl Memory {
         let map = MmapOptions::new()
             .map_raw(&file)
             .map_err(|e| FabricError::io("map registered memory", e))?;
-        Ok(Memory { map, path })
+        Ok(Memory { map, file, path })
     }
 
     /// Removes the backing file: the mapping stays valid for whoever holds it, but no other

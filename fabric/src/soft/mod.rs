@@ -5,7 +5,9 @@
 //! key index space, as they share one HCA. Each [`SoftDevice`] is one device context (one open,
 //! like `ibv_open_device`). Registered memory lives in files beside the table (module `memory`)
 //! so a responder can reach any registered page of its node, as DMA can. QPs are reliable
-//! connected over TCP (modules `cm`, `wire`); the responder of each QP runs the §1.5 checks
+//! connected over TCP between nodes and over unix sockets within one (modules `cm`, `channel`,
+//! `wire`); between two contexts of one device, payloads move by one copy between the
+//! registered buffers, the way a NIC loops such a transfer back; the responder of each QP runs the §1.5 checks
 //! ([`crate::checks`]) in a thread of the process that owns the QP (module `responder`), and
 //! responses to a QP's own requests are processed by its completion thread or by a caller
 //! waiting on its send CQ (module `requester`).
@@ -14,6 +16,7 @@
 //! `rereg_mr`, CQ overrun, per-packet re-checks of a READ in flight (§1.5 step 7), and RNR
 //! limits (a SEND waits for a receive, as with `rnr_retry = 7`).
 
+mod channel;
 mod cm;
 mod cq;
 mod memory;
@@ -127,7 +130,10 @@ pub(crate) struct Context {
     pub qps: Arc<cm::QpRegistry>,
     events: Mutex<VecDeque<AsyncEvent>>,
     pub listen_addr: SocketAddr,
-    listener: TcpListener,
+    /// Where same-device peers find this device's contexts (see [`cm::local_socket`]).
+    pub qp_dir: PathBuf,
+    /// TCP, and the same-device socket unless it could not be bound.
+    listeners: Vec<cm::Listener>,
 }
 
 /// Foreign mappings kept before the cache is emptied.
@@ -176,17 +182,21 @@ impl SoftDevice {
         let mem_dir = opts.dir.join(format!("{}.mem", opts.name));
         std::fs::create_dir_all(&mem_dir)
             .map_err(|e| FabricError::io(format!("create {}", mem_dir.display()), e))?;
-        reap_dead_contexts(&table, &mem_dir);
+        let qp_dir = opts.dir.join(format!("{}.qp", opts.name));
+        reap_dead_contexts(&table, &mem_dir, &qp_dir);
         let id = table.register_context(std::process::id())?;
         let listener = TcpListener::bind(opts.listen)
             .map_err(|e| FabricError::io(format!("listen on {}", opts.listen), e))?;
         let listen_addr = listener
             .local_addr()
             .map_err(|e| FabricError::io("listener address", e))?;
+        let mut listeners = vec![cm::Listener::Tcp(listener)];
+        match cm::Listener::local(&qp_dir, id) {
+            Ok(l) => listeners.push(l),
+            // Same-device peers then connect over TCP, which always works.
+            Err(e) => tracing::warn!(dir = %qp_dir.display(), error = %e, "no same-device socket"),
+        }
         let qps = Arc::new(cm::QpRegistry::default());
-        let accept = listener
-            .try_clone()
-            .map_err(|e| FabricError::io("clone listener", e))?;
         let ctx = Arc::new(Context {
             key_gen: table.key_gen(),
             table,
@@ -198,9 +208,16 @@ impl SoftDevice {
             qps: qps.clone(),
             events: Mutex::new(VecDeque::new()),
             listen_addr,
-            listener,
+            qp_dir,
+            listeners,
         });
-        cm::spawn_listener(accept, qps).map_err(|e| FabricError::io("spawn listener", e))?;
+        for l in &ctx.listeners {
+            let accept = l
+                .try_clone()
+                .map_err(|e| FabricError::io("clone listener", e))?;
+            cm::spawn_listener(accept, qps.clone())
+                .map_err(|e| FabricError::io("spawn listener", e))?;
+        }
         Ok(SoftDevice { ctx })
     }
 
@@ -272,13 +289,15 @@ impl Drop for Context {
         }
         self.table.release_context(self.id);
         self.qps.close();
-        cm::shutdown_listener(&self.listener);
+        for l in &self.listeners {
+            l.shut();
+        }
     }
 }
 
 /// Frees the entries and buffers of contexts whose process died without closing the device,
 /// as the kernel cleans up after a process that held an HCA context.
-fn reap_dead_contexts(table: &DeviceTable, mem_dir: &Path) {
+fn reap_dead_contexts(table: &DeviceTable, mem_dir: &Path, qp_dir: &Path) {
     let alive = |pid: u32| {
         // SAFETY: kill with signal 0 only checks whether the process exists.
         let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
@@ -297,6 +316,7 @@ fn reap_dead_contexts(table: &DeviceTable, mem_dir: &Path) {
             }
             table.free(index);
         }
+        let _ = std::fs::remove_file(cm::local_socket(qp_dir, ctx));
         table.release_context(ctx);
         tracing::info!(ctx, pid, "reaped device context of a dead process");
     }

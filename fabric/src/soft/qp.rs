@@ -12,19 +12,20 @@
 //! `reader` → `sq`; `sq`, `rq`, `channels` and `threads` are leaves apart from the completion
 //! queues, which are leaves below `sq` and `rq`. A send queue's state changes only under `sq`.
 
-use std::collections::VecDeque;
-use std::net::{Shutdown, TcpStream};
+use std::collections::{HashSet, VecDeque};
+use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle, Thread};
 
+use super::channel::{Channel, LocalRef, send_with_fd};
 use super::cm::{self, HelloStatus, PeerInfo};
 use super::cq::Progress;
 use super::memory::Memory;
 use super::mr::{BindingQp, MrInner, SoftMr, SoftMw, invalidate};
 use super::table::Counter;
-use super::wire::{Frame, Op, send_frame};
+use super::wire::{Frame, Op, send_frame, send_header};
 use super::{Context, SoftCq, SoftDevice, lock};
 use crate::checks::{MAX_MESSAGE, ResponderQp};
 use crate::error::{FabricError, Result};
@@ -60,6 +61,7 @@ pub(crate) enum Cause {
 #[derive(Debug)]
 pub(crate) struct LocalSeg {
     pub mem: Arc<Memory>,
+    pub mem_id: u64,
     pub offset: u64,
     pub len: usize,
 }
@@ -114,16 +116,18 @@ struct Control {
 /// The requester's write side.
 #[derive(Debug)]
 struct Tx {
-    stream: Arc<TcpStream>,
+    stream: Arc<Channel>,
     next_psn: u32,
+    /// Buffers whose descriptor a same-device peer already has (see [`super::channel`]).
+    handed_over: HashSet<u64>,
 }
 
 #[derive(Debug, Default)]
 struct Channels {
     /// Our requests out, their responses in.
-    request: Option<Arc<TcpStream>>,
+    request: Option<Arc<Channel>>,
     /// Their requests in, our responses out.
-    response: Option<Arc<TcpStream>>,
+    response: Option<Arc<Channel>>,
 }
 
 #[derive(Debug, Default)]
@@ -162,7 +166,7 @@ pub(crate) struct QpShared {
     channels: Mutex<Channels>,
     /// The request channel, for whoever processes its responses: the completion thread, or a
     /// caller waiting on the send CQ (see [`super::requester`]). Above `sq` in the lock order.
-    pub reader: Mutex<Option<Arc<TcpStream>>>,
+    pub reader: Mutex<Option<Arc<Channel>>>,
     /// Waiters currently reading responses themselves (see [`Progress::set_driven`]).
     pub driven: AtomicUsize,
     /// The completion thread, to hand it the job back.
@@ -258,7 +262,9 @@ impl SoftQp {
         };
         // Not under `control`: the peer may be connecting to us at the same moment, and our
         // listener needs `control` to accept it.
-        let stream = Arc::new(cm::connect(&peer, sh.num, psn)?);
+        let local = (peer.device == sh.ctx.table.nonce())
+            .then(|| cm::local_socket(&sh.ctx.qp_dir, peer.ctx));
+        let stream = Arc::new(cm::connect(&peer, local.as_deref(), sh.num, psn)?);
         let _ctl = lock(&sh.control);
         if sh.state() != QpState::Rtr {
             let _ = stream.shutdown(Shutdown::Both);
@@ -270,6 +276,7 @@ impl SoftQp {
         *lock(&sh.tx) = Some(Tx {
             stream: stream.clone(),
             next_psn: psn,
+            handed_over: HashSet::new(),
         });
         lock(&sh.channels).request = Some(stream.clone());
         *lock(&sh.reader) = Some(stream.clone());
@@ -317,10 +324,28 @@ impl SoftQp {
         }
         Ok(LocalSeg {
             mem: mr.mem.clone(),
+            mem_id: mr.mem_id,
             offset: sge.offset as u64,
             len: sge.len,
         })
     }
+}
+
+/// Sends a WRITE or READ request to a same-device peer: the header and a reference to the local
+/// side of the transfer, with the buffer's descriptor the first time this channel names it.
+fn send_local(tx: &mut Tx, frame: &Frame, seg: &LocalSeg) -> std::io::Result<()> {
+    let fd = tx.stream.as_raw_fd();
+    let reference = LocalRef {
+        mem_id: seg.mem_id,
+        offset: seg.offset,
+    }
+    .encode();
+    if tx.handed_over.insert(seg.mem_id) {
+        send_header(fd, frame)?;
+        return send_with_fd(fd, &reference, seg.mem.fd());
+    }
+    // SAFETY: the "payload" is the reference on our stack.
+    unsafe { send_frame(fd, frame, Some((reference.as_ptr(), reference.len()))) }
 }
 
 fn opcode_of(op: &SendOp<'_, SoftMr, SoftMw>) -> WcOpcode {
@@ -602,7 +627,7 @@ impl QpShared {
         self: &Arc<Self>,
         source: u32,
         psn: u32,
-        stream: &TcpStream,
+        stream: &Channel,
     ) -> std::io::Result<HelloStatus> {
         let ctl = lock(&self.control);
         if !matches!(self.state(), QpState::Rtr | QpState::Rts) {
@@ -676,7 +701,7 @@ impl Progress for QpShared {
         };
         let ended = reader
             .as_ref()
-            .is_some_and(|stream| super::requester::drain_ready(self, stream.as_raw_fd()));
+            .is_some_and(|stream| super::requester::drain_ready(self, stream));
         drop(reader);
         if ended {
             self.enter_error(Cause::Transport);
@@ -692,6 +717,16 @@ impl Progress for QpShared {
         if wake && let Some(t) = lock(&self.completion).as_ref() {
             t.unpark();
         }
+    }
+}
+
+impl SoftQp {
+    /// Whether this QP's requests reach a peer on the same device, moving RDMA payloads by one
+    /// copy between the two registered buffers instead of through a TCP connection.
+    pub fn same_device(&self) -> bool {
+        lock(&self.shared.tx)
+            .as_ref()
+            .is_some_and(|tx| tx.stream.is_local())
     }
 }
 
@@ -718,6 +753,8 @@ impl QueuePair<SoftDevice> for SoftQp {
             addr: self.shared.ctx.listen_addr,
             qp_num: self.shared.num,
             psn: lock(&self.shared.control).local_psn,
+            device: self.shared.ctx.table.nonce(),
+            ctx: self.shared.ctx.id,
         }
         .encode()
     }
@@ -853,16 +890,23 @@ impl QueuePair<SoftDevice> for SoftQp {
             addr,
             ..Frame::new(op, psn)
         };
-        // The payload goes from registered memory straight into the socket.
-        let payload = if is_read {
-            None
-        } else {
-            seg.as_ref()
-                .and_then(|s| s.ptr())
-                .map(|p| (p as *const u8, len))
+        let by_reference = tx.stream.is_local() && matches!(op, Op::Write | Op::ReadReq);
+        let sent = match seg.as_ref().filter(|_| by_reference) {
+            Some(seg) if len > 0 => send_local(tx, &frame, seg),
+            _ => {
+                // The payload goes from registered memory straight into the socket.
+                let payload = if is_read {
+                    None
+                } else {
+                    seg.as_ref()
+                        .and_then(|s| s.ptr())
+                        .map(|p| (p as *const u8, len))
+                };
+                // SAFETY: the payload is `len` bytes inside the mapping `seg` keeps alive.
+                unsafe { send_frame(tx.stream.as_raw_fd(), &frame, payload) }
+            }
         };
-        // SAFETY: the payload is `len` bytes inside the mapping `seg` keeps alive.
-        match unsafe { send_frame(tx.stream.as_raw_fd(), &frame, payload) } {
+        match sent {
             Ok(()) if !is_read => Counters::add(&sh.counters.bytes_sent, len as u64),
             Ok(()) => {}
             Err(e) => {

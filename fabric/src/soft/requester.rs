@@ -1,6 +1,7 @@
 //! Completion processing of a connected QP: reads the responses to this QP's requests (ACK,
 //! NAK, READ response) and completes work requests in order. READ data is received straight
-//! into the registered buffer the work request named.
+//! into the registered buffer the work request named (or, from a same-device peer, is already
+//! there when the response arrives: the peer's responder copied it, see [`super::channel`]).
 //!
 //! Two parties may do the reading, one at a time under the QP's reader lock: the QP's
 //! completion thread, which always makes progress, and a caller waiting on the send CQ
@@ -10,13 +11,13 @@
 //! While a caller drives the QP, the completion thread naps instead of waking for every
 //! response; the caller hands the job back when it goes to sleep.
 
-use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, TryLockError};
 use std::thread;
 use std::time::Duration;
 
+use super::channel::Channel;
 use super::qp::{Cause, QpShared};
 use super::wire::{Frame, NakCode, Op, discard, read_frame, recv_into};
 use crate::verbs::{QpState, WcStatus};
@@ -26,7 +27,7 @@ const DRIVEN_NAP: Duration = Duration::from_millis(1);
 
 /// The completion thread: waits until responses are readable, then processes them unless a
 /// waiting caller already is.
-pub(crate) fn run(qp: &Arc<QpShared>, stream: &TcpStream) {
+pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel) {
     let fd = stream.as_raw_fd();
     loop {
         if qp.driven.load(Ordering::Acquire) > 0 {
@@ -51,7 +52,7 @@ pub(crate) fn run(qp: &Arc<QpShared>, stream: &TcpStream) {
                 continue;
             }
         };
-        let ended = drain_ready(qp, fd);
+        let ended = drain_ready(qp, stream);
         drop(reader);
         if ended {
             break;
@@ -63,11 +64,12 @@ pub(crate) fn run(qp: &Arc<QpShared>, stream: &TcpStream) {
 
 /// Processes every response already waiting on `fd`; the caller holds the QP's reader lock.
 /// True once the channel ended (EOF, error, or a protocol violation).
-pub(crate) fn drain_ready(qp: &QpShared, fd: RawFd) -> bool {
+pub(crate) fn drain_ready(qp: &QpShared, stream: &Channel) -> bool {
+    let fd = stream.as_raw_fd();
     while readable(fd, 0) {
         match read_frame(fd) {
             Ok(Some(frame)) => {
-                if !handle(qp, fd, &frame) {
+                if !handle(qp, fd, stream.is_local(), &frame) {
                     tracing::warn!(qp = qp.num, ?frame, "protocol error on the request channel");
                     return true;
                 }
@@ -78,12 +80,12 @@ pub(crate) fn drain_ready(qp: &QpShared, fd: RawFd) -> bool {
     false
 }
 
-/// Applies one response; false on a protocol error.
-fn handle(qp: &QpShared, fd: RawFd, frame: &Frame) -> bool {
+/// Applies one response; false on a protocol error. `local`: READ responses carry no payload.
+fn handle(qp: &QpShared, fd: RawFd, local: bool, frame: &Frame) -> bool {
     if qp.state() == QpState::Error {
         // Already failed: drain whatever still arrives until the peer closes, so its responder
         // never blocks on a response we will not read.
-        let payload = if frame.op == Op::ReadResp {
+        let payload = if frame.op == Op::ReadResp && !local {
             frame.len
         } else {
             0
@@ -99,6 +101,10 @@ fn handle(qp: &QpShared, fd: RawFd, frame: &Frame) -> bool {
             let Some(seg) = qp.read_target(frame.psn, frame.len) else {
                 return false;
             };
+            if local {
+                qp.read_done(frame.psn, frame.len);
+                return true;
+            }
             // SAFETY: `dst` is `seg.len` bytes inside the mapping `seg` keeps alive.
             match seg.ptr() {
                 Some(dst) if unsafe { recv_into(fd, dst, seg.len) }.is_ok() => {

@@ -1,14 +1,17 @@
 //! The responder of a connected QP: the part of the NIC that serves the peer's requests.
 //!
 //! For each incoming request it makes the §1.5 checks ([`check_rma`]) before touching memory,
-//! then moves the payload between the socket and the registered buffer directly. A failed check
+//! then moves the payload between the socket and the registered buffer directly, or, for a
+//! same-device peer, between the peer's registered buffer and ours (see [`super::channel`]).
+//! A failed check
 //! NAKs the request and moves the QP to ERROR (class C), which closes the connection so the
 //! requester's QP fails too; later requests are never served.
 
-use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
+use super::channel::{Channel, HandedOver};
+use super::memory::Memory;
 use super::qp::{Cause, Counters, QpShared};
 use super::table::Counter;
 use super::wire::{Frame, HEADER_LEN, NakCode, Op, read_frame, recv_into, send_frame, send_header};
@@ -68,8 +71,11 @@ impl From<Rejection> for Fatal {
     }
 }
 
-pub(crate) fn run(qp: &Arc<QpShared>, stream: &TcpStream, me: ResponderQp, first_psn: u32) {
+pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel, me: ResponderQp, first_psn: u32) {
     let fd = stream.as_raw_fd();
+    // The peer's buffers, when it shares our device; None over TCP, where no reference is
+    // ever accepted.
+    let mut peer_memory = stream.is_local().then(HandedOver::default);
     let mut expected = first_psn;
     let mut unacked: Option<u32> = None;
     loop {
@@ -102,7 +108,7 @@ pub(crate) fn run(qp: &Arc<QpShared>, stream: &TcpStream, me: ResponderQp, first
         }
         let outcome = if frame.psn == expected {
             expected = expected.wrapping_add(1);
-            serve(qp, fd, &me, &frame)
+            serve(qp, fd, &me, &frame, peer_memory.as_mut())
         } else {
             Err(Fatal {
                 nak: Some(NakCode::Sequence),
@@ -129,7 +135,13 @@ pub(crate) fn run(qp: &Arc<QpShared>, stream: &TcpStream, me: ResponderQp, first
     }
 }
 
-fn serve(qp: &QpShared, fd: RawFd, me: &ResponderQp, f: &Frame) -> Result<Reply, Fatal> {
+fn serve(
+    qp: &QpShared,
+    fd: RawFd,
+    me: &ResponderQp,
+    f: &Frame,
+    peer_memory: Option<&mut HandedOver>,
+) -> Result<Reply, Fatal> {
     let op = match f.op {
         Op::Write => RmaOp::Write,
         Op::ReadReq => RmaOp::Read,
@@ -139,6 +151,12 @@ fn serve(qp: &QpShared, fd: RawFd, me: &ResponderQp, f: &Frame) -> Result<Reply,
         }
     };
     let len = u64::from(f.len);
+    // A same-device request names the requester's side of the transfer; it is part of the
+    // request, read before the checks decide on it.
+    let peer_side = match peer_memory {
+        Some(handed) if len > 0 => Some(handed.receive(fd, len).map_err(|_| Fatal::transport())?),
+        _ => None,
+    };
     let target = check_rma(qp.ctx.checks, me, op, f.key, f.addr, len, |index| {
         qp.ctx.table.object(index)
     })?;
@@ -156,6 +174,9 @@ fn serve(qp: &QpShared, fd: RawFd, me: &ResponderQp, f: &Frame) -> Result<Reply,
             Some((mem, ptr))
         }
     };
+    if let Some(peer) = peer_side {
+        return serve_local(qp, fd, op, f, place, peer);
+    }
     match op {
         RmaOp::Write => {
             if let Some((_mem, dst)) = &place {
@@ -175,6 +196,47 @@ fn serve(qp: &QpShared, fd: RawFd, me: &ResponderQp, f: &Frame) -> Result<Reply,
                 .map(|(_mem, src)| (*src as *const u8, f.len as usize));
             // SAFETY: the payload is `len` bytes inside the mapping `place` keeps alive.
             unsafe { send_frame(fd, &resp, payload) }.map_err(|_| Fatal::transport())?;
+            Counters::add(&qp.counters.bytes_served, len);
+            Ok(Reply::Sent)
+        }
+    }
+}
+
+/// A WRITE or READ from a same-device peer: one copy between its buffer and ours, the loopback
+/// DMA of a NIC. `peer` is the requester's side, `None` if it named memory it never handed
+/// over.
+fn serve_local(
+    qp: &QpShared,
+    fd: RawFd,
+    op: RmaOp,
+    f: &Frame,
+    place: Option<(Arc<Memory>, *mut u8)>,
+    peer: Option<(Arc<Memory>, *mut u8)>,
+) -> Result<Reply, Fatal> {
+    let len = u64::from(f.len);
+    if let Some((_ours, ours)) = &place {
+        let (_theirs, theirs) = peer.ok_or(Fatal::invalid("same-device reference"))?;
+        let (src, dst) = match op {
+            RmaOp::Write => (theirs, *ours),
+            RmaOp::Read => (*ours, theirs),
+        };
+        // SAFETY: both ranges are `len` bytes inside mappings the two Arcs keep alive. They
+        // are shared memory others may write (defined contents only after completion, as with
+        // DMA), so only raw pointers touch them; `copy` tolerates the overlap a QP looped
+        // back on its own buffer could create.
+        unsafe { std::ptr::copy(src, dst, len as usize) };
+    }
+    match op {
+        RmaOp::Write => {
+            Counters::add(&qp.counters.bytes_received, len);
+            Ok(Reply::Ack)
+        }
+        RmaOp::Read => {
+            let resp = Frame {
+                len: f.len,
+                ..Frame::new(Op::ReadResp, f.psn)
+            };
+            send_header(fd, &resp).map_err(|_| Fatal::transport())?;
             Counters::add(&qp.counters.bytes_served, len);
             Ok(Reply::Sent)
         }

@@ -21,7 +21,7 @@ use crate::keys::{KeyGen, MAX_TABLE_ENTRIES, make_key};
 use crate::{Access, DeviceCounters, NicChecks};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"DPUFSdev");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Context slots, i.e. device opens alive at once on one node.
 pub(crate) const MAX_CONTEXTS: usize = 1024;
 /// Entries start at this offset, past the header.
@@ -53,6 +53,8 @@ struct Header {
     /// Device-wide key byte counter of the mlx5-like generator.
     key_counter: AtomicU32,
     next_mem_id: AtomicU64,
+    /// Random identity of this device, so two contexts can tell they share it.
+    nonce: AtomicU64,
     counters: [AtomicU64; 4],
     /// pid of the process holding each context slot (0: free).
     contexts: [AtomicU32; MAX_CONTEXTS],
@@ -246,6 +248,7 @@ impl DeviceTable {
             h.next_qp.store(1, Ordering::Relaxed);
             h.next_index.store(1, Ordering::Relaxed);
             h.next_mem_id.store(1, Ordering::Relaxed);
+            h.nonce.store(rand::random::<u64>() | 1, Ordering::Relaxed);
             h.magic.store(MAGIC, Ordering::Release);
         }
         if h.magic.load(Ordering::Acquire) != MAGIC {
@@ -304,6 +307,11 @@ impl DeviceTable {
     /// New device-wide QP id (also the QP number; sequential, as ReDMArk V5 observes).
     pub fn new_qp_id(&self) -> u32 {
         self.header().next_qp.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// This device's random identity (never 0).
+    pub fn nonce(&self) -> u64 {
+        self.header().nonce.load(Ordering::Relaxed)
     }
 
     /// New id for registered memory; never reused, so a stale id finds nothing.

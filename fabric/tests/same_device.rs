@@ -1,0 +1,145 @@
+//! The same-device path across two real processes: a peer opening the device of this process
+//! (two contexts of one node's NIC) is reached over a unix socket, and RDMA payloads move by
+//! one copy between the registered buffers; a peer on another device is reached over TCP.
+//! Both must move the same bytes.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use dpufs_fabric::conformance::{Peer, PeerMr, PeerQp};
+use dpufs_fabric::soft::{DeviceOptions, SoftCq, SoftDevice, SoftMr, SoftQp};
+use dpufs_fabric::{
+    Access, CompletionQueue, MemoryRegion, QpCaps, QpTransition, QueuePair, RdmaDevice, RemoteAddr,
+    SendOp, SendWr, Sge, WcStatus,
+};
+
+const MIB: usize = 1 << 20;
+
+struct Linked {
+    _dir: tempfile::TempDir,
+    peer: Peer,
+    remote: PeerMr,
+    _dev: SoftDevice,
+    qp: SoftQp,
+    cq: SoftCq,
+    /// Two local buffers, so the peer is handed more than one.
+    bufs: [SoftMr; 2],
+    _rqp: PeerQp,
+}
+
+/// This process on device "node1"; the peer's context on `peer_device`, with a 2 MiB MR
+/// filled with 0x5a.
+fn link(peer_device: &str) -> Linked {
+    let dir = common::device_dir("dpufs-fabric-same");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-peer"));
+    cmd.arg(dir.path());
+    let peer = Peer::spawn(cmd).expect("spawn peer");
+    let dev = SoftDevice::open(&DeviceOptions::new("node1").in_dir(dir.path())).expect("open");
+    let edev = peer.open(peer_device).expect("peer device");
+    let epd = peer.alloc_pd(edev).expect("peer pd");
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let remote = peer.reg_mr(edev, epd, 2 * MIB, rw, 0x5a).expect("peer mr");
+    let pd = dev.alloc_pd().expect("pd");
+    let bufs = [0, 1].map(|_| dev.reg_mr(&pd, MIB, Access::LOCAL_WRITE).expect("mr"));
+    let cq = dev.create_cq(16).expect("cq");
+    let qp = dev.create_qp(&pd, &cq, &cq, QpCaps::default()).expect("qp");
+    qp.modify(QpTransition::Init {
+        access: Access::NONE,
+    })
+    .expect("init");
+    let rqp = peer
+        .create_qp(edev, epd, Access::REMOTE_WRITE | Access::REMOTE_READ)
+        .expect("peer qp");
+    peer.rtr(rqp.id, &qp.endpoint()).expect("peer rtr");
+    qp.modify(QpTransition::Rtr {
+        remote: rqp.endpoint.clone(),
+    })
+    .expect("rtr");
+    qp.modify(QpTransition::Rts).expect("rts");
+    peer.rts(rqp.id).expect("peer rts");
+    Linked {
+        _dir: dir,
+        peer,
+        remote,
+        _dev: dev,
+        qp,
+        cq,
+        bufs,
+        _rqp: rqp,
+    }
+}
+
+impl Linked {
+    /// One signalled RDMA op of a whole local buffer at `remote_offset`; its status.
+    fn rma(&self, write: bool, buf: usize, remote_offset: u64) -> WcStatus {
+        let sge = Sge {
+            mr: &self.bufs[buf],
+            offset: 0,
+            len: MIB,
+        };
+        let remote = RemoteAddr {
+            addr: self.remote.addr + remote_offset,
+            rkey: self.remote.rkey,
+        };
+        let op = if write {
+            SendOp::RdmaWrite { sge, remote }
+        } else {
+            SendOp::RdmaRead { sge, remote }
+        };
+        self.qp
+            .post_send(SendWr {
+                wr_id: 1,
+                op,
+                signaled: true,
+            })
+            .expect("post");
+        self.cq
+            .wait(Duration::from_secs(10))
+            .expect("completion")
+            .status
+    }
+}
+
+fn pattern(seed: u8) -> Vec<u8> {
+    (0..MIB)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn moves_the_same_bytes(peer_device: &str, same_device: bool) {
+    let l = link(peer_device);
+    assert_eq!(l.qp.same_device(), same_device, "peer on {peer_device}");
+    // READ: the peer's fill lands in our buffer.
+    assert_eq!(l.rma(false, 0, 0), WcStatus::Success);
+    let mut got = vec![0u8; MIB];
+    l.bufs[0].read_at(0, &mut got).unwrap();
+    assert!(got.iter().all(|&b| b == 0x5a), "READ did not land");
+    // WRITE from both buffers to both halves of the peer's MR.
+    for (buf, seed) in [(0usize, 1u8), (1, 2)] {
+        l.bufs[buf].write_at(0, &pattern(seed)).unwrap();
+        assert_eq!(l.rma(true, buf, (buf * MIB) as u64), WcStatus::Success);
+        let landed = l.peer.read_mr(l.remote.id, buf * MIB, MIB).unwrap();
+        assert!(
+            landed == pattern(seed),
+            "WRITE from buffer {buf} did not land"
+        );
+    }
+    // READ the second half back into the first buffer.
+    assert_eq!(l.rma(false, 0, MIB as u64), WcStatus::Success);
+    l.bufs[0].read_at(0, &mut got).unwrap();
+    assert!(got == pattern(2), "READ back did not land");
+    // The checks still hold: beyond the MR is a remote access error.
+    assert_eq!(l.rma(true, 0, (2 * MIB) as u64), WcStatus::RemAccessErr);
+}
+
+#[test]
+fn a_peer_on_the_same_device_gets_payloads_by_reference() {
+    moves_the_same_bytes("node1", true);
+}
+
+#[test]
+fn a_peer_on_another_device_gets_payloads_over_tcp() {
+    moves_the_same_bytes("node2", false);
+}
