@@ -15,6 +15,15 @@ const MAX_OPEN_CHUNKS: usize = 1024;
 /// Largest file end: what off_t can address.
 const MAX_FILE_END: u64 = i64::MAX as u64;
 
+/// One chunk's part of a write.
+struct WritePiece {
+    idx: u64,
+    file: Arc<dyn DiskFile>,
+    /// Offset in the chunk.
+    at: u64,
+    len: u64,
+}
+
 /// EFBIG unless [offset, offset + len) is addressable.
 pub(super) fn check_end(offset: u64, len: u64) -> DfsResult<u64> {
     match offset.checked_add(len) {
@@ -123,43 +132,85 @@ impl Namespace {
     pub fn write(&self, oid: Oid, offset: u64, data: &[u8]) -> DfsResult<()> {
         self.writable()?;
         let end = check_end(offset, data.len() as u64)?;
-        let mut st = self.writes.lock().expect("writes lock");
-        self.regular_file(oid, "write")?;
-        if data.is_empty() {
+        let _gate = self.data_gate.read().expect("data gate");
+        let Some((files, growth)) = self.start_write(oid, offset, data.len() as u64)? else {
             // pwrite(2) of nothing changes nothing, not even the size.
             return Ok(());
-        }
-        let mut growth = 0u64;
-        let mut files = Vec::new();
-        for (idx, at, n) in self.pieces(offset, data.len() as u64) {
-            let f = self.chunk(&mut st, oid, idx, true)?.expect("created");
-            let f = self.unshare(&mut st, oid, idx, f)?;
-            growth += (at + n).saturating_sub(f.size()?);
-            files.push((idx, f, at, n));
-        }
-        self.reserve(growth)?;
-        let written = self.write_reserved(&mut st, oid, end, growth, data, files);
+        };
+        let mut done = 0usize;
+        let moved = files.iter().try_for_each(|piece| {
+            let n = piece.len as usize;
+            piece.file.write_at(piece.at, &data[done..done + n])?;
+            done += n;
+            Ok(())
+        });
+        // Recorded before the write stops being in flight, so its growth is always counted
+        // once against the quota: pending, then used.
+        let written = moved.and_then(|()| self.record_write(oid, end, growth));
+        self.finish_write(oid, &files, growth);
         if written.is_err() {
             self.release(growth);
         }
         written
     }
 
-    fn write_reserved(
+    /// Takes the chunk files of a write and reserves its space, under the writes lock; None
+    /// for an empty write.
+    fn start_write(
         &self,
-        st: &mut WriteState,
         oid: Oid,
-        end: u64,
-        growth: u64,
-        data: &[u8],
-        files: Vec<(u64, Arc<dyn DiskFile>, u64, u64)>,
-    ) -> DfsResult<()> {
-        let mut done = 0usize;
-        for (idx, f, at, n) in files {
-            f.write_at(at, &data[done..done + n as usize])?;
-            st.dirty.insert((oid, idx));
-            done += n as usize;
+        offset: u64,
+        len: u64,
+    ) -> DfsResult<Option<(Vec<WritePiece>, u64)>> {
+        let mut st = self.writes.lock().expect("writes lock");
+        self.regular_file(oid, "write")?;
+        if len == 0 {
+            return Ok(None);
         }
+        let mut growth = 0u64;
+        let mut files = Vec::new();
+        for (idx, at, n) in self.pieces(offset, len) {
+            let f = self.chunk(&mut st, oid, idx, true)?.expect("created");
+            let f = self.unshare(&mut st, oid, idx, f)?;
+            let promised = st.in_flight.get(&(oid, idx)).map_or(0, |e| e.0);
+            growth += (at + n).saturating_sub(f.size()?.max(promised));
+            files.push(WritePiece {
+                idx,
+                file: f,
+                at,
+                len: n,
+            });
+        }
+        self.reserve(growth, st.pending_growth)?;
+        st.pending_growth += growth;
+        for p in &files {
+            let e = st.in_flight.entry((oid, p.idx)).or_insert((0, 0));
+            *e = (e.0.max(p.at + p.len), e.1 + 1);
+        }
+        Ok(Some((files, growth)))
+    }
+
+    /// Marks the chunks of a write dirty, whatever its outcome (bytes may have landed), and
+    /// ends its reservation.
+    fn finish_write(&self, oid: Oid, files: &[WritePiece], growth: u64) {
+        let mut st = self.writes.lock().expect("writes lock");
+        st.pending_growth -= growth;
+        for p in files {
+            let key = (oid, p.idx);
+            // The cache may have been emptied meanwhile; fsync finds dirty chunks there.
+            st.open.entry(key).or_insert_with(|| p.file.clone());
+            st.dirty.insert(key);
+            if let Some(e) = st.in_flight.get_mut(&key) {
+                e.1 -= 1;
+                if e.1 == 0 {
+                    st.in_flight.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// The size, times and space use after a write.
+    fn record_write(&self, oid: Oid, end: u64, growth: u64) -> DfsResult<()> {
         self.update(|tx| {
             let mut ino = get_inode(&tx.open_table(INODES)?, oid)?;
             ino.size = ino.size.max(end);

@@ -22,7 +22,7 @@ impl Namespace {
 
     fn remove_entry(&self, dir: Oid, name: &str, want_dir: bool) -> DfsResult<()> {
         name_ok(name)?;
-        let mut st = self.writes.lock().expect("writes lock");
+        let (_gate, mut st) = self.quiesce();
         let freed = self.update(|tx| {
             let victim = self.entry(tx, dir, name)?;
             match (want_dir, victim.is_dir()) {
@@ -99,7 +99,7 @@ impl Namespace {
     ) -> DfsResult<()> {
         name_ok(from)?;
         name_ok(to)?;
-        let mut st = self.writes.lock().expect("writes lock");
+        let (_gate, mut st) = self.quiesce();
         let freed = self.update(|tx| {
             let mut moving = self.entry(tx, from_dir, from)?;
             get_dir(&tx.open_table(INODES)?, to_dir)?;

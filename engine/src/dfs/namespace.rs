@@ -21,7 +21,7 @@ use redb::{
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 
 pub(super) const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
 /// (directory, hash of the name, name) → object: a directory's entries are keys of its
@@ -79,8 +79,14 @@ pub struct Namespace {
     pub(super) chunk_size: u64,
     /// Current quota in bytes, 0 for none (changes while the namespace is open).
     pub(super) quota: AtomicU64,
-    /// Serializes data writes with their space accounting.
+    /// The chunk cache and the space accounting of writes. Held briefly: a write reserves its
+    /// space and takes its chunk files under it, then moves its bytes without it, so writes
+    /// (to different files, or different chunks of one) reach the disk side by side.
     pub(super) writes: Mutex<WriteState>,
+    /// Writes in flight hold it shared; whatever cuts, removes or links chunk files (truncate,
+    /// unlink, rename over a file, snapshot) holds it exclusively, so no write lands in a chunk
+    /// file as it is cut or linked. Taken before `writes`.
+    pub(super) data_gate: RwLock<()>,
 }
 
 #[derive(Debug, Default)]
@@ -90,6 +96,12 @@ pub(super) struct WriteState {
     pub(super) dirty: HashSet<(Oid, u64)>,
     /// Directories whose entries changed since the last fsync.
     pub(super) dirty_dirs: HashSet<PathBuf>,
+    /// Chunk ends that writes in flight will reach, and how many such writes there are: their
+    /// space is reserved but their bytes may not be in the file yet, so a concurrent write
+    /// must not count the same growth again.
+    pub(super) in_flight: HashMap<(Oid, u64), (u64, usize)>,
+    /// Growth reserved by writes in flight, not yet in the recorded use.
+    pub(super) pending_growth: u64,
 }
 
 pub(super) fn name_ok(name: &str) -> DfsResult<()> {
@@ -154,6 +166,7 @@ impl Namespace {
             chunk_size: cfg.chunk_size,
             cfg,
             writes: Mutex::new(WriteState::default()),
+            data_gate: RwLock::new(()),
         };
         ns.chunk_size = ns.init()?;
         Ok(ns)
@@ -208,6 +221,13 @@ impl Namespace {
     /// Whether every change fails with EROFS (a snapshot).
     pub fn read_only(&self) -> bool {
         self.cfg.read_only
+    }
+
+    /// Holds every write out and takes the write state: for changes that cut, remove or
+    /// link chunk files.
+    pub(super) fn quiesce(&self) -> (RwLockWriteGuard<'_, ()>, MutexGuard<'_, WriteState>) {
+        let gate = self.data_gate.write().expect("data gate");
+        (gate, self.writes.lock().expect("writes lock"))
     }
 
     /// Runs `f` in a write transaction committed without forcing the disk.
@@ -353,7 +373,7 @@ impl Namespace {
 
     /// Changes attributes; a size change truncates or extends (sparse).
     pub fn setattr(&self, oid: Oid, set: SetAttr) -> DfsResult<Inode> {
-        let mut st = self.writes.lock().expect("writes lock");
+        let (_gate, mut st) = self.quiesce();
         let (ino, freed) = self.update(|tx| {
             let mut ino = get_inode(&tx.open_table(INODES)?, oid)?;
             let now = Time::now();

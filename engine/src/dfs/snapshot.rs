@@ -17,8 +17,8 @@ impl Namespace {
                 "a snapshot needs as many chunk directories as its source",
             ));
         }
-        // Holding the writes lock keeps every data change out until the chunks are linked.
-        let mut st = self.writes.lock().expect("writes lock");
+        // Every data change stays out until the chunks are linked.
+        let (_gate, mut st) = self.quiesce();
         self.sync_dirty(&mut st, None)?;
         self.sync_dirs(&mut st)?;
         let mut flush = self.db.begin_write()?;

@@ -57,13 +57,14 @@ impl Namespace {
     }
 
     /// Takes `growth` bytes: ENOSPC if the quota or the pool has no room, and then
-    /// nothing is taken. Callers hold the writes lock, so `used` cannot move meanwhile.
-    pub(super) fn reserve(&self, growth: u64) -> DfsResult<()> {
+    /// nothing is taken. `pending`: bytes reserved by writes in flight and not yet in the
+    /// recorded use. Callers hold the writes lock, so neither can move meanwhile.
+    pub(super) fn reserve(&self, growth: u64, pending: u64) -> DfsResult<()> {
         if growth == 0 {
             return Ok(());
         }
         if let Some(quota) = self.quota() {
-            let used = self.used()?;
+            let used = self.used()?.saturating_add(pending);
             if used.saturating_add(growth) > quota {
                 return Err(err(
                     Errno::NoSpc,

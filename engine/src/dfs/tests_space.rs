@@ -222,3 +222,62 @@ fn quota_changes_apply_to_an_open_namespace() {
     ns.write(f.oid, 1000, &[1; 1000]).unwrap();
     assert_eq!(ns.statfs(1 << 20).unwrap().free_bytes, (1 << 20) - 2000);
 }
+
+#[test]
+fn concurrent_writes_count_their_space_once_and_keep_their_bytes() {
+    let ns = open(&SimDisk::default(), "c");
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
+    const BLOCK: u64 = 4096;
+    // Eight writers interleave the 4 KiB blocks of two 64 KiB chunks: each chunk grows under
+    // several writes in flight at once.
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let ns = &ns;
+            s.spawn(move || {
+                for b in (t..32).step_by(8) {
+                    ns.write(f.oid, b * BLOCK, &[b as u8 + 1; BLOCK as usize])
+                        .unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(ns.used().unwrap(), 32 * BLOCK);
+    assert_eq!(ns.getattr(f.oid).unwrap().size, 32 * BLOCK);
+    let mut buf = [0u8; BLOCK as usize];
+    for b in 0..32u64 {
+        ns.read(f.oid, b * BLOCK, &mut buf).unwrap();
+        assert!(buf.iter().all(|&x| x == b as u8 + 1), "block {b}");
+    }
+}
+
+#[test]
+fn a_quota_holds_against_concurrent_writers() {
+    const BLOCK: u64 = 4096;
+    let cfg = NamespaceConfig {
+        quota: Some(16 * BLOCK),
+        ..config("q", 1 << 16, None)
+    };
+    let ns = Namespace::open(Arc::new(SimDisk::default()), cfg).unwrap();
+    let files: Vec<_> = (0..8)
+        .map(|i| ns.create(ROOT, &format!("f{i}"), 0o644, 0, 0).unwrap().oid)
+        .collect();
+    let written = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for &oid in &files {
+            let (ns, written) = (&ns, &written);
+            s.spawn(move || {
+                for b in 0..16 {
+                    match ns.write(oid, b * BLOCK, &[7; BLOCK as usize]) {
+                        Ok(()) => {
+                            written.fetch_add(BLOCK, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        Err(e) => assert_eq!(e.errno, Errno::NoSpc),
+                    }
+                }
+            });
+        }
+    });
+    let written = written.into_inner();
+    assert_eq!(written, 16 * BLOCK, "the quota admits exactly its bytes");
+    assert_eq!(ns.used().unwrap(), written);
+}
