@@ -13,11 +13,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use dpufs_fabric::conformance::{Peer, PeerMr, baseline, cpu_time_us};
-use dpufs_fabric::soft::{DeviceOptions, SoftCq, SoftDevice, SoftMr, SoftQp};
+use dpufs_fabric::conformance::{Env, Link, Peer, PeerMr, baseline, cpu_time_us};
+use dpufs_fabric::soft::{DeviceOptions, SoftDevice, SoftMr};
 use dpufs_fabric::{
-    Access, CompletionQueue, QpCaps, QpTransition, QueuePair, RdmaDevice, RemoteAddr, SendOp,
-    SendWr, Sge, WcStatus,
+    Access, CompletionQueue, QueuePair, RdmaDevice, RemoteAddr, SendOp, SendWr, Sge, WcStatus,
 };
 
 const MIB: usize = 1 << 20;
@@ -39,11 +38,9 @@ struct Sample {
 
 struct Bench {
     _dir: tempfile::TempDir,
-    peer: Peer,
-    _dev: SoftDevice,
-    _pd: dpufs_fabric::soft::SoftPd,
-    qp: SoftQp,
-    cq: SoftCq,
+    /// Node 1 here, the engine on node 2 in the peer process.
+    env: Env<SoftDevice>,
+    link: Link<SoftDevice>,
     local: SoftMr,
     remote: PeerMr,
     /// Baseline connections: a stream, and ping-pongs in each direction of a 4 KiB transfer.
@@ -62,43 +59,25 @@ impl Bench {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-peer"));
         cmd.arg(dir.path());
         let peer = Peer::spawn(cmd).expect("spawn peer");
-        let edev = peer.open("node2").expect("peer device");
-        let epd = peer.alloc_pd(edev).expect("peer pd");
-        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-        let remote = peer
-            .reg_mr(edev, epd, WINDOW * MIB, rw, 0x5a)
-            .expect("peer mr");
         let dev = SoftDevice::open(&DeviceOptions::new("node1").in_dir(dir.path())).expect("open");
-        let pd = dev.alloc_pd().expect("pd");
-        let local = dev.reg_mr(&pd, WINDOW * MIB, rw).expect("mr");
-        let cq = dev.create_cq(64).expect("cq");
-        let qp = dev.create_qp(&pd, &cq, &cq, QpCaps::default()).expect("qp");
-        qp.modify(QpTransition::Init {
-            access: Access::NONE,
-        })
-        .expect("init");
-        let rqp = peer
-            .create_qp(edev, epd, Access::REMOTE_WRITE | Access::REMOTE_READ)
-            .expect("peer qp");
-        peer.rtr(rqp.id, &qp.endpoint()).expect("peer rtr");
-        qp.modify(QpTransition::Rtr {
-            remote: rqp.endpoint,
-        })
-        .expect("rtr");
-        qp.modify(QpTransition::Rts).expect("rts");
-        peer.rts(rqp.id).expect("peer rts");
-        let addr = peer.tcp_serve().expect("tcp server");
+        let env = Env::new(dev, "node1", peer, "node2").expect("engine in the peer");
+        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let remote = env
+            .peer
+            .reg_mr(env.engine.dev, env.engine.pd, WINDOW * MIB, rw, 0x5a)
+            .expect("peer mr");
+        let pd = env.dev.alloc_pd().expect("pd");
+        let local = env.mr(&pd, WINDOW * MIB, rw).expect("mr");
+        let link = env.link(&pd, Access::NONE).expect("link");
+        let addr = env.peer.tcp_serve().expect("tcp server");
         let connect = || baseline::Client::connect(&addr).expect("tcp");
         let (tcp_stream, mut tcp_read_rr, mut tcp_write_rr) = (connect(), connect(), connect());
         tcp_read_rr.start_ping_pong(24, SMALL).expect("ping-pong");
         tcp_write_rr.start_ping_pong(SMALL, 24).expect("ping-pong");
         Bench {
             _dir: dir,
-            peer,
-            _dev: dev,
-            _pd: pd,
-            qp,
-            cq,
+            env,
+            link,
             local,
             remote,
             tcp_stream,
@@ -110,7 +89,7 @@ impl Bench {
     /// CPU time of both processes so far, in seconds.
     fn cpu(&self) -> f64 {
         let (u, s) = cpu_time_us();
-        let (pu, ps) = self.peer.usage().expect("peer usage");
+        let (pu, ps) = self.env.peer.usage().expect("peer usage");
         (u + s + pu + ps) as f64 / 1e6
     }
 
@@ -168,7 +147,8 @@ impl Bench {
                 } else {
                     SendOp::RdmaRead { sge, remote }
                 };
-                self.qp
+                self.link
+                    .qp
                     .post_send(SendWr {
                         wr_id: posted,
                         op,
@@ -177,7 +157,7 @@ impl Bench {
                     .expect("post");
                 posted += 1;
             }
-            let wc = self.cq.wait(WAIT).expect("completion");
+            let wc = self.link.send_cq.wait(WAIT).expect("completion");
             assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
             done += 1;
         }

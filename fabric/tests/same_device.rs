@@ -8,66 +8,47 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use dpufs_fabric::conformance::{Peer, PeerMr, PeerQp};
-use dpufs_fabric::soft::{DeviceOptions, SoftCq, SoftDevice, SoftMr, SoftQp};
+use dpufs_fabric::conformance::{Env, Link, Peer, PeerMr};
+use dpufs_fabric::soft::{DeviceOptions, SoftDevice, SoftMr};
 use dpufs_fabric::{
-    Access, CompletionQueue, MemoryRegion, QpCaps, QpTransition, QueuePair, RdmaDevice, RemoteAddr,
-    SendOp, SendWr, Sge, WcStatus,
+    Access, CompletionQueue, MemoryRegion, QueuePair, RdmaDevice, RemoteAddr, SendOp, SendWr, Sge,
+    WcStatus,
 };
 
 const MIB: usize = 1 << 20;
 
 struct Linked {
     _dir: tempfile::TempDir,
-    peer: Peer,
+    env: Env<SoftDevice>,
+    /// A 2 MiB MR of the engine, filled with 0x5a.
     remote: PeerMr,
-    _dev: SoftDevice,
-    qp: SoftQp,
-    cq: SoftCq,
+    link: Link<SoftDevice>,
     /// Two local buffers, so the peer is handed more than one.
     bufs: [SoftMr; 2],
-    _rqp: PeerQp,
 }
 
-/// This process on device "node1"; the peer's context on `peer_device`, with a 2 MiB MR
-/// filled with 0x5a.
+/// This process on device "node1"; the peer's engine context on `peer_device`.
 fn link(peer_device: &str) -> Linked {
     let dir = common::device_dir("dpufs-fabric-same");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-peer"));
     cmd.arg(dir.path());
     let peer = Peer::spawn(cmd).expect("spawn peer");
     let dev = SoftDevice::open(&DeviceOptions::new("node1").in_dir(dir.path())).expect("open");
-    let edev = peer.open(peer_device).expect("peer device");
-    let epd = peer.alloc_pd(edev).expect("peer pd");
+    let env = Env::new(dev, "node1", peer, peer_device).expect("engine in the peer");
     let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-    let remote = peer.reg_mr(edev, epd, 2 * MIB, rw, 0x5a).expect("peer mr");
-    let pd = dev.alloc_pd().expect("pd");
-    let bufs = [0, 1].map(|_| dev.reg_mr(&pd, MIB, Access::LOCAL_WRITE).expect("mr"));
-    let cq = dev.create_cq(16).expect("cq");
-    let qp = dev.create_qp(&pd, &cq, &cq, QpCaps::default()).expect("qp");
-    qp.modify(QpTransition::Init {
-        access: Access::NONE,
-    })
-    .expect("init");
-    let rqp = peer
-        .create_qp(edev, epd, Access::REMOTE_WRITE | Access::REMOTE_READ)
-        .expect("peer qp");
-    peer.rtr(rqp.id, &qp.endpoint()).expect("peer rtr");
-    qp.modify(QpTransition::Rtr {
-        remote: rqp.endpoint.clone(),
-    })
-    .expect("rtr");
-    qp.modify(QpTransition::Rts).expect("rts");
-    peer.rts(rqp.id).expect("peer rts");
+    let remote = env
+        .peer
+        .reg_mr(env.engine.dev, env.engine.pd, 2 * MIB, rw, 0x5a)
+        .expect("peer mr");
+    let pd = env.dev.alloc_pd().expect("pd");
+    let bufs = [0, 1].map(|_| env.mr(&pd, MIB, Access::LOCAL_WRITE).expect("mr"));
+    let link = env.link(&pd, Access::NONE).expect("link");
     Linked {
         _dir: dir,
-        peer,
+        env,
         remote,
-        _dev: dev,
-        qp,
-        cq,
+        link,
         bufs,
-        _rqp: rqp,
     }
 }
 
@@ -88,14 +69,16 @@ impl Linked {
         } else {
             SendOp::RdmaRead { sge, remote }
         };
-        self.qp
+        self.link
+            .qp
             .post_send(SendWr {
                 wr_id: 1,
                 op,
                 signaled: true,
             })
             .expect("post");
-        self.cq
+        self.link
+            .send_cq
             .wait(Duration::from_secs(10))
             .expect("completion")
             .status
@@ -110,7 +93,11 @@ fn pattern(seed: u8) -> Vec<u8> {
 
 fn moves_the_same_bytes(peer_device: &str, same_device: bool) {
     let l = link(peer_device);
-    assert_eq!(l.qp.same_device(), same_device, "peer on {peer_device}");
+    assert_eq!(
+        l.link.qp.same_device(),
+        same_device,
+        "peer on {peer_device}"
+    );
     // READ: the peer's fill lands in our buffer.
     assert_eq!(l.rma(false, 0, 0), WcStatus::Success);
     let mut got = vec![0u8; MIB];
@@ -120,7 +107,7 @@ fn moves_the_same_bytes(peer_device: &str, same_device: bool) {
     for (buf, seed) in [(0usize, 1u8), (1, 2)] {
         l.bufs[buf].write_at(0, &pattern(seed)).unwrap();
         assert_eq!(l.rma(true, buf, (buf * MIB) as u64), WcStatus::Success);
-        let landed = l.peer.read_mr(l.remote.id, buf * MIB, MIB).unwrap();
+        let landed = l.env.peer.read_mr(l.remote.id, buf * MIB, MIB).unwrap();
         assert!(
             landed == pattern(seed),
             "WRITE from buffer {buf} did not land"

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::memory::Memory;
+use super::wire::received;
 
 /// A connected stream: TCP to another node, or a unix socket to a context of the same device.
 #[derive(Debug)]
@@ -182,17 +183,10 @@ fn recv_ref(fd: RawFd) -> io::Result<(LocalRef, Option<OwnedFd>)> {
         // SAFETY: the iovec and control buffer outlive the call. MSG_CMSG_CLOEXEC: a passed
         // descriptor never leaks into a child process.
         let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_WAITALL | libc::MSG_CMSG_CLOEXEC) };
-        match n {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            n if n > 0 => done += n as usize,
-            _ => {
-                let err = io::Error::last_os_error();
-                if err.kind() != io::ErrorKind::Interrupted {
-                    return Err(err);
-                }
-                continue;
-            }
-        }
+        let Some(n) = received(n)? else {
+            continue;
+        };
+        done += n;
         // SAFETY: the kernel filled msg_control; CMSG_FIRSTHDR/CMSG_NXTHDR walk within it.
         let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
         while !cmsg.is_null() {

@@ -174,12 +174,15 @@ fn serve(
             Some((mem, ptr))
         }
     };
+    // From a same-device peer the payload moves by one copy here, not through the socket.
+    let local = peer_side.is_some();
     if let Some(peer) = peer_side {
-        return serve_local(qp, fd, op, f, place, peer);
+        copy_local(op, place.as_ref(), peer, len)?;
     }
+    let through_socket = place.as_ref().filter(|_| !local);
     match op {
         RmaOp::Write => {
-            if let Some((_mem, dst)) = &place {
+            if let Some((_mem, dst)) = through_socket {
                 // SAFETY: `dst` is `len` bytes inside the mapping `_mem` keeps alive.
                 unsafe { recv_into(fd, *dst, f.len as usize) }.map_err(|_| Fatal::transport())?;
             }
@@ -191,9 +194,7 @@ fn serve(
                 len: f.len,
                 ..Frame::new(Op::ReadResp, f.psn)
             };
-            let payload = place
-                .as_ref()
-                .map(|(_mem, src)| (*src as *const u8, f.len as usize));
+            let payload = through_socket.map(|(_mem, src)| (*src as *const u8, f.len as usize));
             // SAFETY: the payload is `len` bytes inside the mapping `place` keeps alive.
             unsafe { send_frame(fd, &resp, payload) }.map_err(|_| Fatal::transport())?;
             Counters::add(&qp.counters.bytes_served, len);
@@ -205,42 +206,26 @@ fn serve(
 /// A WRITE or READ from a same-device peer: one copy between its buffer and ours, the loopback
 /// DMA of a NIC. `peer` is the requester's side, `None` if it named memory it never handed
 /// over.
-fn serve_local(
-    qp: &QpShared,
-    fd: RawFd,
+fn copy_local(
     op: RmaOp,
-    f: &Frame,
-    place: Option<(Arc<Memory>, *mut u8)>,
+    place: Option<&(Arc<Memory>, *mut u8)>,
     peer: Option<(Arc<Memory>, *mut u8)>,
-) -> Result<Reply, Fatal> {
-    let len = u64::from(f.len);
-    if let Some((_ours, ours)) = &place {
-        let (_theirs, theirs) = peer.ok_or(Fatal::invalid("same-device reference"))?;
-        let (src, dst) = match op {
-            RmaOp::Write => (theirs, *ours),
-            RmaOp::Read => (*ours, theirs),
-        };
-        // SAFETY: both ranges are `len` bytes inside mappings the two Arcs keep alive. They
-        // are shared memory others may write (defined contents only after completion, as with
-        // DMA), so only raw pointers touch them; `copy` tolerates the overlap a QP looped
-        // back on its own buffer could create.
-        unsafe { std::ptr::copy(src, dst, len as usize) };
-    }
-    match op {
-        RmaOp::Write => {
-            Counters::add(&qp.counters.bytes_received, len);
-            Ok(Reply::Ack)
-        }
-        RmaOp::Read => {
-            let resp = Frame {
-                len: f.len,
-                ..Frame::new(Op::ReadResp, f.psn)
-            };
-            send_header(fd, &resp).map_err(|_| Fatal::transport())?;
-            Counters::add(&qp.counters.bytes_served, len);
-            Ok(Reply::Sent)
-        }
-    }
+    len: u64,
+) -> Result<(), Fatal> {
+    let Some((_ours, ours)) = place else {
+        return Ok(());
+    };
+    let (_theirs, theirs) = peer.ok_or(Fatal::invalid("same-device reference"))?;
+    let (src, dst) = match op {
+        RmaOp::Write => (theirs, *ours),
+        RmaOp::Read => (*ours, theirs),
+    };
+    // SAFETY: both ranges are `len` bytes inside mappings the two Arcs keep alive. They are
+    // shared memory others may write (defined contents only after completion, as with DMA),
+    // so only raw pointers touch them; `copy` tolerates the overlap a QP looped back on its
+    // own buffer could create.
+    unsafe { std::ptr::copy(src, dst, len as usize) };
+    Ok(())
 }
 
 /// SEND and SEND_WITH_INV: consume a posted receive, land the payload in it, and for

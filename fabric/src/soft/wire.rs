@@ -148,18 +148,26 @@ pub(crate) unsafe fn recv_into(fd: RawFd, dst: *mut u8, len: usize) -> io::Resul
         // SAFETY: dst is valid for `len` bytes (caller contract), so dst+done for len-done.
         // MSG_WAITALL lets one call fill a whole payload instead of one socket buffer's worth.
         let n = unsafe { libc::recv(fd, dst.add(done).cast(), len - done, libc::MSG_WAITALL) };
-        match n {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            n if n > 0 => done += n as usize,
-            _ => {
-                let err = io::Error::last_os_error();
-                if err.kind() != io::ErrorKind::Interrupted {
-                    return Err(err);
-                }
+        done += received(n)?.unwrap_or(0);
+    }
+    Ok(())
+}
+
+/// What one `recv`/`recvmsg` call returned `n` means for a read of an exact length: bytes
+/// received, `None` when a signal interrupted it (call again), an error at end of stream.
+pub(crate) fn received(n: isize) -> io::Result<Option<usize>> {
+    match n {
+        0 => Err(io::ErrorKind::UnexpectedEof.into()),
+        n if n > 0 => Ok(Some(n as usize)),
+        _ => {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                Ok(None)
+            } else {
+                Err(err)
             }
         }
     }
-    Ok(())
 }
 
 /// Reads and drops `len` bytes.
