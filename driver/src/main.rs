@@ -152,11 +152,12 @@ struct WorkerArgs {
     no_allow_other: bool,
 }
 
+/// Two reader threads per CPU, 4..16: a reader blocks for a whole engine round trip, so with
+/// one per CPU the engine would see no more requests in flight than there are CPUs, however
+/// many application threads wait in the kernel's queue.
 fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(2, 8)
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (cpus * 2).clamp(4, 16)
 }
 
 fn secs(v: f64, what: &str) -> Result<Duration> {

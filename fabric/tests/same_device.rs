@@ -130,3 +130,68 @@ fn a_peer_on_the_same_device_gets_payloads_by_reference() {
 fn a_peer_on_another_device_gets_payloads_over_tcp() {
     moves_the_same_bytes("node2", false);
 }
+
+/// A long run of unsignaled WRITEs, several times the send queue's depth, then one signaled:
+/// the unsignaled ones must leave the queue as their ACKs arrive (or posting stalls for good),
+/// without a completion of their own. Exactly one completion appears, and every byte lands.
+fn unsignaled_writes_retire(peer_device: &str) {
+    const PIECE: usize = 4096;
+    const WRITES: usize = 3 * 128 + 7;
+    let l = link(peer_device);
+    let bytes = pattern(9);
+    l.bufs[0].write_at(0, &bytes).unwrap();
+    let post = |i: usize, signaled: bool| {
+        let offset = (i * PIECE) % MIB;
+        let wr = || SendWr {
+            wr_id: i as u64,
+            op: SendOp::RdmaWrite {
+                sge: Sge {
+                    mr: &l.bufs[0],
+                    offset,
+                    len: PIECE,
+                },
+                remote: RemoteAddr {
+                    addr: l.remote.addr + offset as u64,
+                    rkey: l.remote.rkey,
+                },
+            },
+            signaled,
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while let Err(e) = l.link.qp.post_send(wr()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "send queue never drained: {e}"
+            );
+            // Polling drives the QP: ACKs that arrived retire entries.
+            assert_eq!(l.link.send_cq.poll(&mut []), 0);
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    };
+    for i in 0..WRITES {
+        post(i, false);
+    }
+    post(WRITES, true);
+    let wc = l
+        .link
+        .send_cq
+        .wait(Duration::from_secs(10))
+        .expect("the signaled WRITE completes");
+    assert_eq!((wc.wr_id, wc.status), (WRITES as u64, WcStatus::Success));
+    assert!(
+        l.link.send_cq.wait(Duration::from_millis(100)).is_none(),
+        "unsignaled WRITEs completed visibly"
+    );
+    let landed = l.env.peer.read_mr(l.remote.id, 0, MIB).unwrap();
+    assert!(landed == bytes, "unsignaled WRITEs did not land");
+}
+
+#[test]
+fn unsignaled_writes_retire_on_the_same_device() {
+    unsignaled_writes_retire("node1");
+}
+
+#[test]
+fn unsignaled_writes_retire_over_tcp() {
+    unsignaled_writes_retire("node2");
+}

@@ -194,9 +194,11 @@ fn matrix(a: MatrixArgs) -> anyhow::Result<()> {
     lay_out(&targets, &cases, &protocol)?;
     let mut runs = Vec::new();
     for round in 0..a.rounds {
-        for case in &cases {
+        for (c, case) in cases.iter().enumerate() {
+            // Who goes first changes with every case and round: the first run after a
+            // layout or a write run can meet a busier disk.
             for i in 0..targets.len() {
-                let target = &targets[(i + round) % targets.len()];
+                let target = &targets[(i + round + c) % targets.len()];
                 let result = run_one(target, case, &protocol).map_err(|e| format!("{e:#}"));
                 match &result {
                     Ok(s) => eprintln!(
