@@ -61,11 +61,15 @@ impl Namespace {
             return Ok(Some(f.clone()));
         }
         let path = self.chunk_path(oid, idx);
-        match self.disk.open(&path, create) {
+        let opened = match self.disk.open(&path, false) {
+            Err(e) if create && e.kind() == std::io::ErrorKind::NotFound => {
+                mark_dir_dirty(st, &path);
+                st.spares.create(&*self.disk, &path)
+            }
+            other => other,
+        };
+        match opened {
             Ok(f) => {
-                if create {
-                    mark_dir_dirty(st, &path);
-                }
                 if st.open.len() >= MAX_OPEN_CHUNKS {
                     self.sync_dirty(st, None)?;
                     st.open.clear();
@@ -107,6 +111,8 @@ impl Namespace {
     pub fn read(&self, oid: Oid, offset: u64, buf: &mut [u8]) -> DfsResult<usize> {
         let ino = self.regular_file(oid, "read")?;
         let len = (buf.len() as u64).min(ino.size.saturating_sub(offset));
+        // Held while the chunk files are read: none of them becomes a spare meanwhile.
+        let _gate = self.data_gate.read().expect("data gate");
         // The lock only guards the chunk cache: reads run side by side.
         let files: Vec<_> = {
             let mut st = self.writes.lock().expect("writes lock");
@@ -238,7 +244,7 @@ impl Namespace {
         let mut bytes = vec![0; f.size()? as usize];
         f.read_at(0, &mut bytes)?;
         self.disk.remove(&path)?;
-        let copy = self.disk.open(&path, true)?;
+        let copy = st.spares.create(&*self.disk, &path)?;
         copy.write_at(0, &bytes)?;
         st.open.insert((oid, idx), copy.clone());
         st.dirty.insert((oid, idx));
@@ -266,7 +272,7 @@ impl Namespace {
             let len = f.size()?;
             if keep == 0 {
                 let path = self.chunk_path(oid, idx);
-                self.disk.remove(&path)?;
+                st.spares.retire(&*self.disk, &path, &*f)?;
                 mark_dir_dirty(st, &path);
                 freed += len;
             } else if len > keep {

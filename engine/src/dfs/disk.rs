@@ -29,6 +29,8 @@ pub trait Disk: Send + Sync + Debug {
     fn remove_tree(&self, path: &Path) -> io::Result<()>;
     /// Links `from` at `to` (copy-on-write snapshots share chunk files).
     fn link(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Renames `from` to `to` (in the same directory: recycled chunk files).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Whether other names share this file (it must be copied before a write).
     fn is_shared(&self, path: &Path) -> io::Result<bool>;
     /// Files directly in `dir`.
@@ -165,6 +167,9 @@ impl Disk for RealDisk {
             std::fs::create_dir_all(dir)?;
         }
         std::fs::hard_link(from, to)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
     }
     fn is_shared(&self, path: &Path) -> io::Result<bool> {
         use std::os::unix::fs::MetadataExt;
@@ -327,6 +332,12 @@ mod sim {
         fn link(&self, from: &Path, to: &Path) -> io::Result<()> {
             let mut files = self.files.lock().expect("sim disk");
             let c = files.get(from).cloned().ok_or(io::ErrorKind::NotFound)?;
+            files.insert(to.to_path_buf(), c);
+            Ok(())
+        }
+        fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+            let mut files = self.files.lock().expect("sim disk");
+            let c = files.remove(from).ok_or(io::ErrorKind::NotFound)?;
             files.insert(to.to_path_buf(), c);
             Ok(())
         }

@@ -11,6 +11,7 @@ mod names;
 pub mod namespace;
 mod snapshot;
 mod space;
+mod spares;
 mod xattrs;
 
 pub use dirents::{DirEntry, DirPage, name_hash};
@@ -97,3 +98,5 @@ impl From<std::io::Error> for DfsError {
 mod tests;
 #[cfg(test)]
 mod tests_space;
+#[cfg(test)]
+mod tests_spares;

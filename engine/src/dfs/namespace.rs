@@ -14,6 +14,7 @@ use super::dirents::entry_key;
 use super::disk::{Disk, RedbFile};
 use super::inode::{Inode, Oid, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, Time};
 use super::space::SpaceBudget;
+use super::spares::Spares;
 use super::{DfsResult, Errno, err};
 use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
@@ -102,6 +103,8 @@ pub(super) struct WriteState {
     pub(super) in_flight: HashMap<(Oid, u64), (u64, usize)>,
     /// Growth reserved by writes in flight, not yet in the recorded use.
     pub(super) pending_growth: u64,
+    /// Emptied chunk files waiting to become new chunks.
+    pub(super) spares: Spares,
 }
 
 pub(super) fn name_ok(name: &str) -> DfsResult<()> {
@@ -159,13 +162,22 @@ impl Namespace {
             disk.sync_dir(dir)?;
         }
         let db = Database::builder().create_with_backend(RedbFile(file))?;
+        // A snapshot changes nothing, and has no spares: they are never linked into one.
+        let spares = if cfg.read_only {
+            Spares::default()
+        } else {
+            Spares::adopt(&*disk, &cfg.chunk_dirs)?
+        };
         let mut ns = Namespace {
             disk,
             db,
             quota: AtomicU64::new(cfg.quota.unwrap_or(0)),
             chunk_size: cfg.chunk_size,
             cfg,
-            writes: Mutex::new(WriteState::default()),
+            writes: Mutex::new(WriteState {
+                spares,
+                ..WriteState::default()
+            }),
             data_gate: RwLock::new(()),
         };
         ns.chunk_size = ns.init()?;
