@@ -142,16 +142,11 @@ impl Bench {
                     addr: self.remote.addr + slot as u64,
                     rkey: self.remote.rkey,
                 };
-                let op = if write {
-                    SendOp::RdmaWrite { sge, remote }
-                } else {
-                    SendOp::RdmaRead { sge, remote }
-                };
                 self.link
                     .qp
                     .post_send(SendWr {
                         wr_id: posted,
-                        op,
+                        op: SendOp::rdma(write, sge, remote),
                         signaled: true,
                     })
                     .expect("post");

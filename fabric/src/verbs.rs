@@ -249,6 +249,17 @@ pub enum SendOp<'a, M, W> {
     },
 }
 
+impl<'a, M, W> SendOp<'a, M, W> {
+    /// An RDMA WRITE of `sge` to `remote` (`write`), or an RDMA READ of `remote` into `sge`.
+    pub fn rdma(write: bool, sge: Sge<'a, M>, remote: RemoteAddr) -> Self {
+        if write {
+            SendOp::RdmaWrite { sge, remote }
+        } else {
+            SendOp::RdmaRead { sge, remote }
+        }
+    }
+}
+
 /// A send-queue work request (`ibv_send_wr`).
 #[derive(Debug)]
 pub struct SendWr<'a, M, W> {

@@ -64,16 +64,11 @@ impl Linked {
             addr: self.remote.addr + remote_offset,
             rkey: self.remote.rkey,
         };
-        let op = if write {
-            SendOp::RdmaWrite { sge, remote }
-        } else {
-            SendOp::RdmaRead { sge, remote }
-        };
         self.link
             .qp
             .post_send(SendWr {
                 wr_id: 1,
-                op,
+                op: SendOp::rdma(write, sge, remote),
                 signaled: true,
             })
             .expect("post");
