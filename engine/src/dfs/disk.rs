@@ -29,7 +29,7 @@ pub trait Disk: Send + Sync + Debug {
     fn remove_tree(&self, path: &Path) -> io::Result<()>;
     /// Links `from` at `to` (copy-on-write snapshots share chunk files).
     fn link(&self, from: &Path, to: &Path) -> io::Result<()>;
-    /// Renames `from` to `to` (in the same directory: recycled chunk files).
+    /// Renames `from` to `to`, creating `to`'s directory (recycled chunk files).
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Whether other names share this file (it must be copied before a write).
     fn is_shared(&self, path: &Path) -> io::Result<bool>;
@@ -169,6 +169,9 @@ impl Disk for RealDisk {
         std::fs::hard_link(from, to)
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
         std::fs::rename(from, to)
     }
     fn is_shared(&self, path: &Path) -> io::Result<bool> {

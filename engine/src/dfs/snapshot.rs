@@ -38,7 +38,7 @@ impl Namespace {
         for (from, to) in self.cfg.chunk_dirs.iter().zip(&target.chunk_dirs) {
             for path in self.disk.list(from)? {
                 if path != self.cfg.meta_path
-                    && !super::spares::is_spare(&path)
+                    && !super::spares::is_spares_dir(&path)
                     && let Some(name) = path.file_name()
                 {
                     self.disk.link(&path, &to.join(name))?;

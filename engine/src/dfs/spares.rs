@@ -1,6 +1,7 @@
 //! Recycled chunk files. A chunk file that is no longer needed (its file was unlinked or cut
-//! short) is emptied and renamed to a spare name in its directory instead of being deleted,
-//! and the next new chunk in that directory takes it by a rename. Creating a file on ext4
+//! short) is emptied and moved to the `spares` subdirectory of its chunk directory instead of
+//! being deleted, and the next new chunk in that directory takes it by a rename. Keeping them
+//! apart means finding them again at start-up lists only the spares, not every chunk file. Creating a file on ext4
 //! allocates an inode, and right after many deletions that allocation scans the inode table
 //! for inodes that were not recently freed: measured on the engine, `open(O_CREAT)` of a chunk
 //! took about as long as the 1 MiB direct write into it. Renaming a spare costs a directory
@@ -17,16 +18,15 @@ use std::sync::Arc;
 
 use super::disk::{Disk, DiskFile};
 
-/// Names of spare files start with this; chunk files are named `<oid hex>.<index>`.
-const PREFIX: &str = "spare.";
+/// The subdirectory of a chunk directory that holds its spares, named by number; chunk files
+/// are named `<oid hex>.<index>`.
+const SUBDIR: &str = "spares";
 /// Spares kept per chunk directory; further retired chunks are deleted.
 const MAX_PER_DIR: usize = 4096;
 
-/// Whether `path` names a spare (not a chunk file).
-pub(super) fn is_spare(path: &Path) -> bool {
-    path.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with(PREFIX))
+/// Whether `path`, listed in a chunk directory, is its spares subdirectory (not a chunk file).
+pub(super) fn is_spares_dir(path: &Path) -> bool {
+    path.file_name().is_some_and(|n| n == SUBDIR)
 }
 
 /// The spare files of a namespace's chunk directories.
@@ -38,20 +38,18 @@ pub(super) struct Spares {
 }
 
 impl Spares {
-    /// Adopts the spares a previous run left in `dirs`, emptying any that a crash caught
-    /// half-recycled.
+    /// Adopts the spares a previous run left in `dirs`.
     pub fn adopt(disk: &dyn Disk, dirs: &[PathBuf]) -> std::io::Result<Spares> {
         let mut spares = Spares::default();
         for dir in dirs {
-            for path in disk.list(dir)?.into_iter().filter(|p| is_spare(p)) {
+            for path in disk.list(&dir.join(SUBDIR))? {
                 let n = path
                     .file_name()
                     .and_then(|n| n.to_str())
-                    .and_then(|n| n[PREFIX.len()..].parse::<u64>().ok());
+                    .and_then(|n| n.parse::<u64>().ok());
                 let kept = spares.by_dir.get(dir).map_or(0, Vec::len);
                 match n {
                     Some(n) if kept < MAX_PER_DIR => {
-                        disk.open(&path, false)?.set_len(0)?;
                         spares.next = spares.next.max(n + 1);
                         spares.by_dir.entry(dir.clone()).or_default().push(path);
                     }
@@ -70,7 +68,7 @@ impl Spares {
             .and_then(Vec::pop);
         if let Some(spare) = spare {
             match disk.rename(&spare, path) {
-                Ok(()) => return disk.open(path, false),
+                Ok(()) => return emptied(disk.open(path, false)?),
                 // Gone behind our back: forget it and create the file.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
@@ -94,10 +92,9 @@ impl Spares {
         if !room || disk.is_shared(path)? {
             return disk.remove(path);
         }
-        // Emptied first: a crash before the rename leaves an empty chunk, never a spare with
-        // another file's bytes.
+        // Emptied now, so its space is free at once; `create` checks again.
         file.set_len(0)?;
-        let spare = dir.join(format!("{PREFIX}{}", self.next));
+        let spare = dir.join(SUBDIR).join(self.next.to_string());
         self.next += 1;
         disk.rename(path, &spare)?;
         self.by_dir
@@ -106,4 +103,14 @@ impl Spares {
             .push(spare);
         Ok(())
     }
+}
+
+/// A spare about to become a chunk, with no bytes: it was emptied when retired, but a crash
+/// may have kept the rename and lost the truncation, and a chunk must never show another
+/// file's bytes.
+fn emptied(file: Arc<dyn DiskFile>) -> std::io::Result<Arc<dyn DiskFile>> {
+    if file.size()? > 0 {
+        file.set_len(0)?;
+    }
+    Ok(file)
 }

@@ -1,11 +1,11 @@
 //! Recycled chunk files: reused by later chunks, never leaking a byte, never linked into a
 //! snapshot, and adopted (emptied) after a restart.
 
-use super::disk::{RealDisk, SimDisk};
+use super::disk::RealDisk;
 use super::*;
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 const CHUNK: u64 = 1 << 16;
@@ -30,21 +30,25 @@ fn on_disk(root: &Path) -> Namespace {
     Namespace::open(Arc::new(RealDisk), cfg).unwrap()
 }
 
-/// Inode numbers of the files in the chunk directory whose names pass `keep`.
-fn inodes(root: &Path, keep: impl Fn(&str) -> bool) -> BTreeSet<u64> {
-    let mut out = BTreeSet::new();
-    for e in std::fs::read_dir(root.join("r0")).unwrap() {
-        let e = e.unwrap();
-        let name = e.file_name().into_string().unwrap();
-        if name != "meta.redb" && keep(&name) {
-            out.insert(e.metadata().unwrap().ino());
-        }
-    }
-    out
+/// Inode numbers of the regular files in `dir` but the metadata store (none if `dir` is
+/// missing).
+fn inodes(dir: &Path) -> BTreeSet<u64> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return BTreeSet::new();
+    };
+    entries
+        .map(Result::unwrap)
+        .filter(|e| e.file_type().unwrap().is_file() && e.file_name() != "meta.redb")
+        .map(|e| e.metadata().unwrap().ino())
+        .collect()
 }
 
-fn is_spare_name(name: &str) -> bool {
-    name.starts_with("spare.")
+fn chunk_files(root: &Path) -> BTreeSet<u64> {
+    inodes(&root.join("r0"))
+}
+
+fn spare_files(root: &Path) -> BTreeSet<u64> {
+    inodes(&root.join("r0/spares"))
 }
 
 fn read_all(ns: &Namespace, oid: Oid) -> Vec<u8> {
@@ -94,14 +98,14 @@ fn removed_chunk_files_become_the_next_chunks_and_leak_nothing() {
     let root = tempfile::tempdir().unwrap();
     let ns = on_disk(root.path());
     write_and_unlink(&ns, "a");
-    let retired = inodes(root.path(), |_| true);
+    let retired = spare_files(root.path());
     assert_eq!(retired.len(), 3, "three chunk files kept as spares");
-    assert_eq!(inodes(root.path(), |n| !is_spare_name(n)).len(), 0);
+    assert!(chunk_files(root.path()).is_empty());
 
     sparse_file_reads_only_its_own_bytes(&ns);
-    let chunks = inodes(root.path(), |n| !is_spare_name(n));
+    let chunks = chunk_files(root.path());
     assert_eq!(chunks, retired, "the new chunks are the recycled files");
-    assert_eq!(inodes(root.path(), is_spare_name).len(), 0);
+    assert!(spare_files(root.path()).is_empty());
     // Each chunk file counts up to its end (103 bytes); nothing of the old file's.
     assert_eq!(
         ns.used().unwrap(),
@@ -117,74 +121,48 @@ fn spares_left_by_a_previous_run_are_emptied_and_used() {
         let ns = on_disk(root.path());
         write_and_unlink(&ns, "a");
     }
-    // A crash between emptying and renaming cannot leave bytes in a spare, but a spare that
-    // somehow holds some must not hand them on.
-    for e in std::fs::read_dir(root.path().join("r0")).unwrap() {
-        let path = e.unwrap().path();
-        if path
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .starts_with("spare.")
-        {
-            std::fs::write(&path, vec![0x99; CHUNK as usize]).unwrap();
-        }
+    // The rename of a retired chunk may outlive the loss of its truncation in a crash: a
+    // spare holding bytes must not hand them on.
+    for e in std::fs::read_dir(root.path().join("r0/spares")).unwrap() {
+        std::fs::write(e.unwrap().path(), vec![0x99; CHUNK as usize]).unwrap();
     }
-    let spares = inodes(root.path(), is_spare_name);
+    let spares = spare_files(root.path());
     assert_eq!(spares.len(), 3);
     let ns = on_disk(root.path());
     sparse_file_reads_only_its_own_bytes(&ns);
-    assert_eq!(inodes(root.path(), |n| !is_spare_name(n)), spares);
+    assert_eq!(chunk_files(root.path()), spares);
 }
 
 #[test]
 fn snapshots_keep_shared_chunks_and_never_link_spares() {
-    let disk = SimDisk::default();
-    let dir = |root: &str| config(&PathBuf::from(format!("/{root}")));
-    let ns = Namespace::open(Arc::new(disk.clone()), dir("src")).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let at = |name: &str| config(&root.path().join(name));
+    let snapshot = |name: &str| NamespaceConfig {
+        read_only: true,
+        ..at(name)
+    };
+    let ns = Namespace::open(Arc::new(RealDisk), at("src")).unwrap();
     let a = ns.create(ROOT, "a", 0o644, 0, 0).unwrap();
     ns.write(a.oid, 0, &vec![0x11; 2 * CHUNK as usize]).unwrap();
-    ns.snapshot_to(&NamespaceConfig {
-        read_only: true,
-        ..dir("snap1")
-    })
-    .unwrap();
+    ns.snapshot_to(&snapshot("snap1")).unwrap();
     // Shared with the snapshot: deleted from the source, not recycled.
     ns.unlink(ROOT, "a").unwrap();
-    let spares = |root: &str| -> usize {
+    let spares = |name: &str| -> usize {
         ["r0", "r1"]
             .iter()
-            .map(|r| {
-                disk.list(&PathBuf::from(format!("/{root}/{r}")))
-                    .unwrap()
-                    .iter()
-                    .filter(|p| spares::is_spare(p))
-                    .count()
-            })
+            .map(|r| inodes(&root.path().join(name).join(r).join("spares")).len())
             .sum()
     };
     assert_eq!(spares("src"), 0, "a shared chunk file became a spare");
-    let snap = Namespace::open(
-        Arc::new(disk.clone()),
-        NamespaceConfig {
-            read_only: true,
-            ..dir("snap1")
-        },
-    )
-    .unwrap();
+    let snap = Namespace::open(Arc::new(RealDisk), snapshot("snap1")).unwrap();
     let a_in_snap = snap.lookup(ROOT, "a").unwrap();
     assert_eq!(
         read_all(&snap, a_in_snap.oid),
         vec![0x11; 2 * CHUNK as usize]
     );
-    // Unshared: recycled; the next snapshot links chunks only.
+    // Unshared: recycled; the next snapshot links chunk files only.
     write_and_unlink(&ns, "b");
     assert_eq!(spares("src"), 3);
-    ns.snapshot_to(&NamespaceConfig {
-        read_only: true,
-        ..dir("snap2")
-    })
-    .unwrap();
+    ns.snapshot_to(&snapshot("snap2")).unwrap();
     assert_eq!(spares("snap2"), 0, "a spare was linked into a snapshot");
 }
