@@ -268,6 +268,10 @@ pub trait Dfs: Send + Sync {
     fn read(&self, oid: Oid, offset: u64, buf: &mut [u8]) -> DfsResult<usize>;
     /// Writes all of `data` at `offset`, extending the file as needed.
     fn write(&self, oid: Oid, offset: u64, data: &[u8]) -> DfsResult<()>;
+    /// Takes the space of [`offset`, `offset + len`) now, as fallocate(2) does, so writes
+    /// there cannot fail for lack of it; extends the size to the range's end unless
+    /// `keep_size` (then only the part below the size is reserved). Reads as before.
+    fn allocate(&self, oid: Oid, offset: u64, len: u64, keep_size: bool) -> DfsResult<()>;
     /// Makes the object's data (and, unless `datasync`, its metadata) durable.
     fn fsync(&self, oid: Oid, datasync: bool) -> DfsResult<()>;
     /// Renames, replacing an existing target as rename(2) does (`noreplace`: EEXIST instead).

@@ -481,8 +481,14 @@ impl DfsFs {
         Ok(())
     }
 
-    fn zero_range(&self, oid: Oid, offset: u64, end: u64) -> io::Result<()> {
+    /// Writes zeros over the part of [offset, offset + len) below the size (punch hole and
+    /// zero range: DFS frees nothing inside a chunk).
+    fn zero_within(&self, oid: Oid, offset: u64, len: u64) -> io::Result<()> {
         const CHUNK: u64 = 1 << 20;
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| errno(libc::EFBIG))?
+            .min(self.dfs.getattr(oid).map_err(err)?.size);
         let zeros = vec![0u8; CHUNK.min(end.saturating_sub(offset)) as usize];
         let mut at = offset;
         while at < end {
@@ -869,25 +875,23 @@ impl FileSystem for DfsFs {
             self.check_writable()?;
             let mode = mode as i32;
             let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-            let end = offset
-                .checked_add(length)
-                .ok_or_else(|| errno(libc::EFBIG))?;
-            let size = self.dfs.getattr(inode).map_err(err)?.size;
             match mode & !libc::FALLOC_FL_KEEP_SIZE {
-                // DFS allocates on write: reserving space is a size change at most.
-                0 => {}
-                libc::FALLOC_FL_PUNCH_HOLE if keep_size => {
-                    self.zero_range(inode, offset, end.min(size))?;
-                }
+                0 => self
+                    .dfs
+                    .allocate(inode, offset, length, keep_size)
+                    .map_err(err),
+                libc::FALLOC_FL_PUNCH_HOLE if keep_size => self.zero_within(inode, offset, length),
                 libc::FALLOC_FL_ZERO_RANGE => {
-                    self.zero_range(inode, offset, end.min(size))?;
+                    self.zero_within(inode, offset, length)?;
+                    // Beyond the end, zeros are what extending the size gives.
+                    let end = offset + length;
+                    if !keep_size && end > self.dfs.getattr(inode).map_err(err)?.size {
+                        self.dfs.truncate(inode, end).map_err(err)?;
+                    }
+                    Ok(())
                 }
-                _ => return Err(errno(libc::EOPNOTSUPP)),
+                _ => Err(errno(libc::EOPNOTSUPP)),
             }
-            if !keep_size && end > size {
-                self.dfs.truncate(inode, end).map_err(err)?;
-            }
-            Ok(())
         })
     }
 

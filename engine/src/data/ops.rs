@@ -3,10 +3,15 @@
 use super::convert::{self, attr};
 use super::{BulkIo, ConnectionContext, MAX_IO, MAX_READDIR_ENTRIES};
 use crate::dfs::disk::DIRECT_IO_ALIGN;
-use crate::dfs::{DfsError, DfsResult, Errno, ROOT, XattrSet};
+use crate::dfs::{DfsError, DfsResult, Errno, IoBuf, ROOT, XattrSet};
 use crate::engine::Engine;
 use dpufs_proto::engine::v1::{self as wire, dfs_reply::Result as Res, dfs_request::Op};
 use std::cell::RefCell;
+
+/// Writes from this size on are answered once queued for the disk (`dfs/behind.rs`): the
+/// client's next request then overlaps the disk's work. Smaller ones cost less than the
+/// hand-off.
+const WRITE_BEHIND_MIN: usize = 64 << 10;
 
 /// Most bytes of attribute names listed at once (Linux's XATTR_LIST_MAX is 64 KiB; the
 /// reply must stay below the message limit).
@@ -30,6 +35,7 @@ fn changes(op: &Op) -> bool {
         | Op::Rmdir(_)
         | Op::Rename(_)
         | Op::Write(_)
+        | Op::Allocate(_)
         | Op::Setxattr(_)
         | Op::Removexattr(_) => true,
         Op::Open(o) => o.write,
@@ -154,6 +160,13 @@ pub fn run(
             })?;
             Res::Bytes(n as u32)
         }
+        Op::Write(w) if w.len as usize >= WRITE_BEHIND_MIN => {
+            let len = io_len(w.len, bulk)?;
+            let mut buf = IoBuf::new(len);
+            bulk.pull(0, buf.as_mut_slice()).map_err(bulk_failed)?;
+            ns.write_behind(w.oid, w.offset, buf)?;
+            Res::Bytes(len as u32)
+        }
         Op::Write(w) => {
             let len = io_len(w.len, bulk)?;
             with_buffer(len, |buf| -> DfsResult<()> {
@@ -163,6 +176,10 @@ pub fn run(
                 ns.write(w.oid, w.offset, buf)
             })?;
             Res::Bytes(len as u32)
+        }
+        Op::Allocate(a) => {
+            ns.allocate(a.oid, a.offset, a.len, a.keep_size)?;
+            return Ok(None);
         }
         Op::Fsync(f) => {
             ns.getattr(f.oid)?;

@@ -16,12 +16,12 @@ const MAX_OPEN_CHUNKS: usize = 1024;
 const MAX_FILE_END: u64 = i64::MAX as u64;
 
 /// One chunk's part of a write.
-struct WritePiece {
-    idx: u64,
-    file: Arc<dyn DiskFile>,
+pub(super) struct WritePiece {
+    pub(super) idx: u64,
+    pub(super) file: Arc<dyn DiskFile>,
     /// Offset in the chunk.
-    at: u64,
-    len: u64,
+    pub(super) at: u64,
+    pub(super) len: u64,
 }
 
 /// EFBIG unless [offset, offset + len) is addressable.
@@ -86,11 +86,16 @@ impl Namespace {
     fn pieces(&self, offset: u64, len: u64) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
         let cs = self.chunk_size;
         let end = offset + len;
-        (offset / cs..end.div_ceil(cs)).map(move |idx| {
+        self.chunk_range(offset, len).map(move |idx| {
             let start = (idx * cs).max(offset);
             let stop = ((idx + 1) * cs).min(end);
             (idx, start - idx * cs, stop - start)
         })
+    }
+
+    /// The chunks [offset, offset + len) touches.
+    fn chunk_range(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
+        offset / self.chunk_size..(offset + len).div_ceil(self.chunk_size)
     }
 
     /// The inode of `oid` if it is a regular file; EISDIR for a directory, EINVAL otherwise.
@@ -115,7 +120,10 @@ impl Namespace {
         let _gate = self.data_gate.read().expect("data gate");
         // The lock only guards the chunk cache: reads run side by side.
         let files: Vec<_> = {
-            let mut st = self.writes.lock().expect("writes lock");
+            let st = self.writes.lock();
+            let mut st = self
+                .writes
+                .wait_for(st, oid, self.chunk_range(offset, len), 0);
             self.pieces(offset, len)
                 .map(|(idx, at, n)| Ok((self.chunk(&mut st, oid, idx, false)?, at, n)))
                 .collect::<DfsResult<_>>()?
@@ -139,20 +147,62 @@ impl Namespace {
         self.writable()?;
         let end = check_end(offset, data.len() as u64)?;
         let _gate = self.data_gate.read().expect("data gate");
-        let Some((files, growth)) = self.start_write(oid, offset, data.len() as u64)? else {
+        self.change_chunks(oid, offset, data.len() as u64, end, |piece, done| {
+            piece
+                .file
+                .write_at(piece.at, &data[done..done + piece.len as usize])
+        })
+    }
+
+    /// Takes the space of [offset, offset + len) now (fallocate(2) modes 0 and KEEP_SIZE):
+    /// the chunk files get their blocks, so later writes there neither fail for space nor
+    /// wait for the file system to allocate. Extends the size to the end unless `keep_size`.
+    pub fn allocate(&self, oid: Oid, offset: u64, len: u64, keep_size: bool) -> DfsResult<()> {
+        self.writable()?;
+        let end = check_end(offset, len)?;
+        // Held from the size check on, so no truncation slips in between.
+        let _gate = self.data_gate.read().expect("data gate");
+        let size = self.regular_file(oid, "allocate")?.size;
+        // With KEEP_SIZE nothing past the end is reserved: truncation and removal cut chunk
+        // files only up to the size, so a chunk file beyond it would leak.
+        let (stop, new_end) = if keep_size {
+            (end.min(size), 0)
+        } else {
+            (end, end)
+        };
+        if stop <= offset {
+            return Ok(());
+        }
+        self.change_chunks(oid, offset, stop - offset, new_end, |piece, _| {
+            piece.file.allocate(piece.at, piece.len)
+        })
+    }
+
+    /// Applies `apply` (given the piece and the bytes of the range before it) to each
+    /// chunk's piece of [offset, offset + len) after reserving the space they grow by; then
+    /// records a size of at least `new_end`, the times and the space used. Callers hold the
+    /// data gate shared.
+    fn change_chunks(
+        &self,
+        oid: Oid,
+        offset: u64,
+        len: u64,
+        new_end: u64,
+        apply: impl Fn(&WritePiece, usize) -> std::io::Result<()>,
+    ) -> DfsResult<()> {
+        let Some((files, growth)) = self.start_write(oid, offset, len, 0)? else {
             // pwrite(2) of nothing changes nothing, not even the size.
             return Ok(());
         };
         let mut done = 0usize;
         let moved = files.iter().try_for_each(|piece| {
-            let n = piece.len as usize;
-            piece.file.write_at(piece.at, &data[done..done + n])?;
-            done += n;
+            apply(piece, done)?;
+            done += piece.len as usize;
             Ok(())
         });
-        // Recorded before the write stops being in flight, so its growth is always counted
+        // Recorded before the change stops being in flight, so its growth is always counted
         // once against the quota: pending, then used.
-        let written = moved.and_then(|()| self.record_write(oid, end, growth));
+        let written = moved.and_then(|()| self.record_write(oid, new_end, growth));
         self.finish_write(oid, &files, growth);
         if written.is_err() {
             self.release(growth);
@@ -161,18 +211,23 @@ impl Namespace {
     }
 
     /// Takes the chunk files of a write and reserves its space, under the writes lock; None
-    /// for an empty write.
-    fn start_write(
+    /// for an empty write. Waits for the queued writes of its chunks first, so writes to a
+    /// chunk land in order, and (for a write to be queued, of `room` bytes) for room.
+    pub(super) fn start_write(
         &self,
         oid: Oid,
         offset: u64,
         len: u64,
+        room: u64,
     ) -> DfsResult<Option<(Vec<WritePiece>, u64)>> {
-        let mut st = self.writes.lock().expect("writes lock");
+        let st = self.writes.lock();
         self.regular_file(oid, "write")?;
         if len == 0 {
             return Ok(None);
         }
+        let mut st = self
+            .writes
+            .wait_for(st, oid, self.chunk_range(offset, len), room);
         let mut growth = 0u64;
         let mut files = Vec::new();
         for (idx, at, n) in self.pieces(offset, len) {
@@ -198,25 +253,35 @@ impl Namespace {
 
     /// Marks the chunks of a write dirty, whatever its outcome (bytes may have landed), and
     /// ends its reservation.
-    fn finish_write(&self, oid: Oid, files: &[WritePiece], growth: u64) {
-        let mut st = self.writes.lock().expect("writes lock");
+    pub(super) fn finish_write(&self, oid: Oid, files: &[WritePiece], growth: u64) {
+        let mut st = self.writes.lock();
         st.pending_growth -= growth;
+        st.landed(oid, files);
+    }
+}
+
+impl WriteState {
+    /// The bytes of a write are in its chunk files (or failed to get there): the chunks are
+    /// dirty and no longer in flight.
+    pub(super) fn landed(&mut self, oid: Oid, files: &[WritePiece]) {
         for p in files {
             let key = (oid, p.idx);
             // The cache may have been emptied meanwhile; fsync finds dirty chunks there.
-            st.open.entry(key).or_insert_with(|| p.file.clone());
-            st.dirty.insert(key);
-            if let Some(e) = st.in_flight.get_mut(&key) {
+            self.open.entry(key).or_insert_with(|| p.file.clone());
+            self.dirty.insert(key);
+            if let Some(e) = self.in_flight.get_mut(&key) {
                 e.1 -= 1;
                 if e.1 == 0 {
-                    st.in_flight.remove(&key);
+                    self.in_flight.remove(&key);
                 }
             }
         }
     }
+}
 
-    /// The size, times and space use after a write.
-    fn record_write(&self, oid: Oid, end: u64, growth: u64) -> DfsResult<()> {
+impl Namespace {
+    /// The size (at least `end`), times and space use after a write.
+    pub(super) fn record_write(&self, oid: Oid, end: u64, growth: u64) -> DfsResult<()> {
         self.update(|tx| {
             let mut ino = get_inode(&tx.open_table(INODES)?, oid)?;
             ino.size = ino.size.max(end);
@@ -315,8 +380,10 @@ impl Namespace {
 
     /// Makes the object's data and every metadata change so far durable: chunk data
     /// first, then the chunk directories, then the metadata that points at them.
+    /// Queued writes land first; EIO if one of this object's failed.
     pub fn fsync(&self, oid: Oid) -> DfsResult<()> {
-        let mut st = self.writes.lock().expect("writes lock");
+        let mut st = self.writes.drain(self.writes.lock());
+        st.queued.take_failure(oid)?;
         self.sync_dirty(&mut st, Some(oid))?;
         self.sync_dirs(&mut st)?;
         drop(st);

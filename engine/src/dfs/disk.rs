@@ -14,6 +14,9 @@ pub trait DiskFile: Send + Sync + Debug {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
     fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Reserves blocks for [offset, offset + len) and extends the length to its end at least;
+    /// where the file system cannot reserve, it only extends.
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()>;
     /// Current length in bytes.
     fn size(&self) -> io::Result<u64>;
     /// Makes everything written so far durable (fdatasync).
@@ -134,6 +137,27 @@ impl DiskFile for RealFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.file.set_len(len)
     }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EFBIG))?;
+        // SAFETY: plain syscall on an open descriptor; both values fit off_t (checked above).
+        let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, offset as i64, len as i64) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+            return Err(e);
+        }
+        // The namespace has counted the space already: the length is what it counts.
+        if self.size()? < end {
+            self.set_len(end)?;
+        }
+        Ok(())
+    }
     fn size(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }
@@ -245,10 +269,32 @@ mod sim {
     #[derive(Debug, Default, Clone)]
     pub struct SimDisk {
         files: Arc<Mutex<BTreeMap<PathBuf, Arc<Mutex<SimContents>>>>>,
+        switch: Arc<WriteSwitch>,
+    }
+
+    /// What a test does to the writes of data files (not of the metadata store, `*.redb`):
+    /// hold them (to see who waits for a write still queued) or fail them.
+    #[derive(Debug, Default)]
+    struct WriteSwitch {
+        /// (held, failing)
+        state: Mutex<(bool, bool)>,
+        released: std::sync::Condvar,
+    }
+
+    impl WriteSwitch {
+        /// Waits while writes are held; EIO while they fail.
+        fn pass(&self) -> io::Result<()> {
+            let st = self.state.lock().expect("write switch");
+            let st = self.released.wait_while(st, |s| s.0).expect("write switch");
+            match st.1 {
+                true => Err(io::Error::from_raw_os_error(libc::EIO)),
+                false => Ok(()),
+            }
+        }
     }
 
     #[derive(Debug)]
-    struct SimFile(Arc<Mutex<SimContents>>);
+    struct SimFile(Arc<Mutex<SimContents>>, Option<Arc<WriteSwitch>>);
 
     impl DiskFile for SimFile {
         fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
@@ -259,6 +305,9 @@ mod sim {
             Ok(n)
         }
         fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+            if let Some(switch) = &self.1 {
+                switch.pass()?;
+            }
             let mut c = self.0.lock().expect("sim file");
             let end = offset as usize + data.len();
             if c.volatile.len() < end {
@@ -275,6 +324,14 @@ mod sim {
                 .resize(len as usize, 0);
             Ok(())
         }
+        fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+            let mut c = self.0.lock().expect("sim file");
+            let end = (offset + len) as usize;
+            if c.volatile.len() < end {
+                c.volatile.resize(end, 0);
+            }
+            Ok(())
+        }
         fn size(&self) -> io::Result<u64> {
             Ok(self.0.lock().expect("sim file").volatile.len() as u64)
         }
@@ -286,6 +343,17 @@ mod sim {
     }
 
     impl SimDisk {
+        /// Holds every file write until released (`false`).
+        pub fn hold_writes(&self, held: bool) {
+            self.switch.state.lock().expect("write switch").0 = held;
+            self.switch.released.notify_all();
+        }
+
+        /// Fails every file write with EIO until turned off.
+        pub fn fail_writes(&self, failing: bool) {
+            self.switch.state.lock().expect("write switch").1 = failing;
+        }
+
         /// The disk after a power loss: unsynced bytes are gone.
         pub fn crash(&self) -> SimDisk {
             let files = self.files.lock().expect("sim disk");
@@ -304,19 +372,21 @@ mod sim {
                 .collect();
             SimDisk {
                 files: Arc::new(Mutex::new(survived)),
+                switch: Arc::default(),
             }
         }
     }
 
     impl Disk for SimDisk {
         fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn DiskFile>> {
+            let switch = (path.extension() != Some("redb".as_ref())).then(|| self.switch.clone());
             let mut files = self.files.lock().expect("sim disk");
             match files.get(path) {
-                Some(c) => Ok(Arc::new(SimFile(c.clone()))),
+                Some(c) => Ok(Arc::new(SimFile(c.clone(), switch))),
                 None if create => {
                     let c = Arc::new(Mutex::new(SimContents::default()));
                     files.insert(path.to_path_buf(), c.clone());
-                    Ok(Arc::new(SimFile(c)))
+                    Ok(Arc::new(SimFile(c, switch)))
                 }
                 None => Err(io::ErrorKind::NotFound.into()),
             }

@@ -3,6 +3,7 @@
 //! hard links). Metadata lives in a per-container transactional store, file
 //! data in chunk files spread over the pool's ranks.
 
+mod behind;
 mod chunks;
 mod dirents;
 pub mod disk;
@@ -14,6 +15,7 @@ mod space;
 mod spares;
 mod xattrs;
 
+pub use behind::IoBuf;
 pub use dirents::{DirEntry, DirPage, name_hash};
 pub use disk::{Disk, RealDisk};
 pub use inode::{Inode, Oid, ROOT, Time};
@@ -96,6 +98,8 @@ impl From<std::io::Error> for DfsError {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_behind;
 #[cfg(test)]
 mod tests_space;
 #[cfg(test)]

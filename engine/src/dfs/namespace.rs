@@ -10,6 +10,7 @@
 //! `chunks.rs`, listings in `dirents.rs`, space in `space.rs`, extended
 //! attributes in `xattrs.rs` and snapshots in `snapshot.rs`.
 
+use super::behind::{Queued, Writes};
 use super::dirents::entry_key;
 use super::disk::{Disk, RedbFile};
 use super::inode::{Inode, Oid, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, Time};
@@ -22,7 +23,7 @@ use redb::{
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
+use std::sync::{Arc, MutexGuard, RwLock, RwLockWriteGuard};
 
 pub(super) const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
 /// (directory, hash of the name, name) → object: a directory's entries are keys of its
@@ -83,7 +84,8 @@ pub struct Namespace {
     /// The chunk cache and the space accounting of writes. Held briefly: a write reserves its
     /// space and takes its chunk files under it, then moves its bytes without it, so writes
     /// (to different files, or different chunks of one) reach the disk side by side.
-    pub(super) writes: Mutex<WriteState>,
+    /// Shared with the writer threads of queued writes (`behind.rs`).
+    pub(super) writes: Arc<Writes>,
     /// Writes in flight hold it shared; whatever cuts, removes or links chunk files (truncate,
     /// unlink, rename over a file, snapshot) holds it exclusively, so no write lands in a chunk
     /// file as it is cut or linked. Taken before `writes`.
@@ -105,6 +107,15 @@ pub(super) struct WriteState {
     pub(super) pending_growth: u64,
     /// Emptied chunk files waiting to become new chunks.
     pub(super) spares: Spares,
+    /// Writes answered but not on the disk yet.
+    pub(super) queued: Queued,
+}
+
+impl Drop for Namespace {
+    /// A container closed (engine stop, pool removal) keeps every write it answered.
+    fn drop(&mut self) {
+        drop(self.writes.drain(self.writes.lock()));
+    }
 }
 
 pub(super) fn name_ok(name: &str) -> DfsResult<()> {
@@ -174,10 +185,10 @@ impl Namespace {
             quota: AtomicU64::new(cfg.quota.unwrap_or(0)),
             chunk_size: cfg.chunk_size,
             cfg,
-            writes: Mutex::new(WriteState {
+            writes: Arc::new(Writes::new(WriteState {
                 spares,
                 ..WriteState::default()
-            }),
+            })),
             data_gate: RwLock::new(()),
         };
         ns.chunk_size = ns.init()?;
@@ -235,11 +246,11 @@ impl Namespace {
         self.cfg.read_only
     }
 
-    /// Holds every write out and takes the write state: for changes that cut, remove or
-    /// link chunk files.
+    /// Holds every write out, waits for the queued ones to land, and takes the write state:
+    /// for changes that cut, remove or link chunk files.
     pub(super) fn quiesce(&self) -> (RwLockWriteGuard<'_, ()>, MutexGuard<'_, WriteState>) {
         let gate = self.data_gate.write().expect("data gate");
-        (gate, self.writes.lock().expect("writes lock"))
+        (gate, self.writes.drain(self.writes.lock()))
     }
 
     /// Runs `f` in a write transaction committed without forcing the disk.

@@ -281,3 +281,40 @@ fn a_quota_holds_against_concurrent_writers() {
     assert_eq!(written, 16 * BLOCK, "the quota admits exactly its bytes");
     assert_eq!(ns.used().unwrap(), written);
 }
+
+#[test]
+fn allocated_space_is_counted_refused_over_the_limit_and_freed_with_the_file() {
+    let pool = Arc::new(TestPool {
+        capacity: 150_000,
+        used: Mutex::new(0),
+    });
+    let cfg = config("c", 1 << 16, Some(pool.clone() as Arc<dyn SpaceBudget>));
+    let ns = Namespace::open(Arc::new(SimDisk::default()), cfg).unwrap();
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
+    let used = || *pool.used.lock().unwrap();
+    ns.allocate(f.oid, 0, 100_000, false).unwrap();
+    assert_eq!(
+        (ns.getattr(f.oid).unwrap().size, used()),
+        (100_000, 100_000)
+    );
+    ns.write(f.oid, 70_000, &[5; 30_000]).unwrap();
+    assert_eq!(used(), 100_000, "writes into allocated space take no more");
+    let full = ns.allocate(f.oid, 100_000, 60_000, false).unwrap_err();
+    assert_eq!(full.errno, Errno::NoSpc);
+    assert_eq!(
+        (ns.getattr(f.oid).unwrap().size, used()),
+        (100_000, 100_000),
+        "a refused allocation changes nothing"
+    );
+    // KEEP_SIZE past the end reserves nothing there (it would outlive a truncation).
+    ns.allocate(f.oid, 90_000, 50_000, true).unwrap();
+    assert_eq!(
+        (ns.getattr(f.oid).unwrap().size, used()),
+        (100_000, 100_000)
+    );
+    let mut buf = vec![9; 100_000];
+    ns.read(f.oid, 0, &mut buf).unwrap();
+    assert!(buf[..70_000].iter().all(|&b| b == 0) && buf[70_000..].iter().all(|&b| b == 5));
+    ns.unlink(ROOT, "f").unwrap();
+    assert_eq!(used(), 0);
+}

@@ -1,5 +1,5 @@
-//! Recycled chunk files: reused by later chunks, never leaking a byte, never linked into a
-//! snapshot, and adopted (emptied) after a restart.
+//! Recycled chunk files: reused by later chunks (written or allocated), never leaking a byte,
+//! never linked into a snapshot, and adopted (emptied) after a restart.
 
 use super::disk::RealDisk;
 use super::*;
@@ -165,4 +165,24 @@ fn snapshots_keep_shared_chunks_and_never_link_spares() {
     assert_eq!(spares("src"), 3);
     ns.snapshot_to(&snapshot("snap2")).unwrap();
     assert_eq!(spares("snap2"), 0, "a spare was linked into a snapshot");
+}
+
+#[test]
+fn allocation_reserves_blocks_of_recycled_chunk_files_that_read_as_zeros() {
+    let root = tempfile::tempdir().unwrap();
+    let ns = on_disk(root.path());
+    write_and_unlink(&ns, "a");
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
+    let spares = spare_files(root.path());
+    ns.allocate(f.oid, 0, 3 * CHUNK, false).unwrap();
+    assert_eq!(chunk_files(root.path()), spares, "the spares were taken");
+    for e in std::fs::read_dir(root.path().join("r0")).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() && e.file_name() != "meta.redb" {
+            let blocks = e.metadata().unwrap().blocks() * 512;
+            assert!(blocks >= CHUNK, "{:?}: {blocks} bytes of blocks", e.path());
+        }
+    }
+    // They held 0x77 before they were recycled.
+    assert_eq!(read_all(&ns, f.oid), vec![0; 3 * CHUNK as usize]);
 }

@@ -26,6 +26,10 @@ pub(super) fn cases() -> Vec<Case> {
             run: large_files_span_chunks,
         },
         Case {
+            name: "allocate_extends_or_keeps_the_size",
+            run: allocate_extends_or_keeps_the_size,
+        },
+        Case {
             name: "wrong_kinds_for_io",
             run: wrong_kinds_for_io,
         },
@@ -178,6 +182,36 @@ fn large_files_span_chunks(p: &mut Pair<'_>) {
         d.write(f, (2 << 20) - 5000, &pattern(1 << 20, 77))?;
         content(d, dir, "big")
     });
+}
+
+fn allocate(dfs: &dyn Dfs, dir: Oid, name: &str, at: u64, len: u64, keep: bool) -> DfsResult<Obs> {
+    let f = walk(dfs, dir, name)?.oid;
+    dfs.allocate(f, at, len, keep)?;
+    content(dfs, dir, name)
+}
+
+fn allocate_extends_or_keeps_the_size(p: &mut Pair<'_>) {
+    p.check("create", |d, dir| file(d, dir, "a").map(|_| Obs::Unit));
+    p.check("write", |d, dir| {
+        d.write(walk(d, dir, "a")?.oid, 5000, b"kept")
+            .map(|()| Obs::Unit)
+    });
+    // Across chunks and over the written bytes, unaligned.
+    p.check("extend", |d, dir| {
+        allocate(d, dir, "a", 100, (2 << 20) + 77, false)
+    });
+    p.check("inside", |d, dir| allocate(d, dir, "a", 4096, 4096, false));
+    p.check("keep size past the end", |d, dir| {
+        allocate(d, dir, "a", 1 << 20, 4 << 20, true)
+    });
+    p.check("keep size beyond the end", |d, dir| {
+        allocate(d, dir, "a", 8 << 20, 4096, true)
+    });
+    p.check("write into it", |d, dir| {
+        d.write(walk(d, dir, "a")?.oid, (1 << 20) - 2, b"span")?;
+        content(d, dir, "a")
+    });
+    p.check("truncate after", |d, dir| truncate(d, dir, "a", 6000));
 }
 
 fn wrong_kinds_for_io(p: &mut Pair<'_>) {

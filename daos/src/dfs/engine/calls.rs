@@ -99,6 +99,16 @@ impl Dfs for EngineDfs {
         results.into_iter().collect()
     }
 
+    fn allocate(&self, oid: Oid, offset: u64, len: u64, keep_size: bool) -> DfsResult<()> {
+        let op = Op::Allocate(proto::Allocate {
+            oid,
+            offset,
+            len,
+            keep_size,
+        });
+        self.call(op, Bulk::None).map(drop)
+    }
+
     fn fsync(&self, oid: Oid, datasync: bool) -> DfsResult<()> {
         self.call(Op::Fsync(proto::Fsync { oid, datasync }), Bulk::None)
             .map(drop)

@@ -127,6 +127,17 @@ impl Dfs for LocalDfs {
         sys::pwrite_all(fd.as_fd(), offset, data).map_err(|e| os_err(e, format!("write {oid:#x}")))
     }
 
+    fn allocate(&self, oid: Oid, offset: u64, len: u64, keep_size: bool) -> DfsResult<()> {
+        let fd = self.io_fd(oid, libc::O_WRONLY)?;
+        let mode = if keep_size {
+            libc::FALLOC_FL_KEEP_SIZE
+        } else {
+            0
+        };
+        sys::fallocate(fd.as_fd(), mode, offset, len)
+            .map_err(|e| os_err(e, format!("allocate {oid:#x}")))
+    }
+
     fn fsync(&self, oid: Oid, datasync: bool) -> DfsResult<()> {
         let fd = self.obj(oid)?;
         if self.stat_obj(oid, &fd)?.kind() == S_IFLNK {

@@ -306,6 +306,15 @@ pub fn ftruncate(fd: BorrowedFd<'_>, size: u64) -> io::Result<()> {
     check(unsafe { libc::ftruncate(fd.as_raw_fd(), size) }).map(drop)
 }
 
+/// `fallocate` with `mode`.
+pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+    let efbig = |_| io::Error::from_raw_os_error(libc::EFBIG);
+    let offset = libc::off_t::try_from(offset).map_err(efbig)?;
+    let len = libc::off_t::try_from(len).map_err(efbig)?;
+    // SAFETY: plain syscall on a valid descriptor.
+    check(unsafe { libc::fallocate(fd.as_raw_fd(), mode, offset, len) }).map(drop)
+}
+
 /// `fsync` or `fdatasync`.
 pub fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> io::Result<()> {
     // SAFETY: plain syscalls on a valid descriptor.

@@ -1,0 +1,247 @@
+//! Write-behind of large writes.
+//!
+//! A large write is answered once its bytes are in the engine's memory, its space reserved
+//! and its new size recorded; a writer thread then moves it to the chunk files. A client
+//! stream sends its next request while the disk writes the last one, where it used to pay
+//! the network and the disk one after the other.
+//!
+//! What a client can see stays as POSIX has it:
+//! - ENOSPC is never deferred: space is reserved before the answer.
+//! - Reads, later writes to the same chunk, truncation, removal, renames over a file and
+//!   snapshots wait for the queued writes they could meet.
+//! - fsync waits for every queued write; one that failed on the disk fails the object's
+//!   next fsync with EIO, the way the kernel reports writeback errors.
+//! - A crash loses only what no fsync acknowledged.
+
+use super::chunks::WritePiece;
+use super::disk::DIRECT_IO_ALIGN;
+use super::inode::Oid;
+use super::namespace::{Namespace, WriteState};
+use super::{DfsResult, Errno, err};
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+
+/// Bytes a namespace may have queued before its writers wait for the disk.
+const MAX_QUEUED_BYTES: u64 = 16 << 20;
+
+/// Writer threads, shared by every namespace: how many queued writes the disk sees at once.
+const WRITERS: usize = 4;
+
+/// Buffers kept for reuse (each up to the largest write plus alignment).
+const SPARE_BUFFERS: usize = 32;
+
+/// The write state of a namespace, and the signal that queued writes landed.
+#[derive(Debug, Default)]
+pub(super) struct Writes {
+    state: Mutex<WriteState>,
+    landed: Condvar,
+}
+
+/// Writes answered but not on the disk yet.
+#[derive(Debug, Default)]
+pub(super) struct Queued {
+    /// Chunks with queued writes, and how many each has.
+    chunks: HashMap<(Oid, u64), usize>,
+    bytes: u64,
+    /// Objects a queued write failed for, and why: their next fsync reports it.
+    failed: HashMap<Oid, String>,
+}
+
+impl Writes {
+    pub(super) fn new(state: WriteState) -> Writes {
+        Writes {
+            state: Mutex::new(state),
+            landed: Condvar::new(),
+        }
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, WriteState> {
+        self.state.lock().expect("writes lock")
+    }
+
+    /// Waits, the lock released meanwhile, until no write is queued for the chunks `idx` of
+    /// `oid`, and (for a write of `room` bytes to be queued) the queue has room.
+    pub(super) fn wait_for<'a>(
+        &self,
+        st: MutexGuard<'a, WriteState>,
+        oid: Oid,
+        idx: Range<u64>,
+        room: u64,
+    ) -> MutexGuard<'a, WriteState> {
+        self.landed
+            .wait_while(st, |s| {
+                let q = &s.queued;
+                (room > 0 && q.bytes > 0 && q.bytes + room > MAX_QUEUED_BYTES)
+                    || idx.clone().any(|i| q.chunks.contains_key(&(oid, i)))
+            })
+            .expect("writes lock")
+    }
+
+    /// Waits until nothing is queued.
+    pub(super) fn drain<'a>(&self, st: MutexGuard<'a, WriteState>) -> MutexGuard<'a, WriteState> {
+        self.landed
+            .wait_while(st, |s| !s.queued.chunks.is_empty())
+            .expect("writes lock")
+    }
+
+    /// Ends a queued write: its chunks are dirty, and the failure, if any, is kept for fsync.
+    fn land(&self, oid: Oid, pieces: &[WritePiece], bytes: u64, failure: Option<String>) {
+        let mut st = self.lock();
+        st.landed(oid, pieces);
+        for p in pieces {
+            let key = (oid, p.idx);
+            if let Some(n) = st.queued.chunks.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    st.queued.chunks.remove(&key);
+                }
+            }
+        }
+        st.queued.bytes -= bytes;
+        if let Some(why) = failure {
+            st.queued.failed.insert(oid, why);
+        }
+        drop(st);
+        self.landed.notify_all();
+    }
+}
+
+impl Queued {
+    /// EIO if a queued write of `oid` failed since the last time this was asked.
+    pub(super) fn take_failure(&mut self, oid: Oid) -> DfsResult<()> {
+        match self.failed.remove(&oid) {
+            Some(why) => Err(err(Errno::Io, format!("an earlier write failed: {why}"))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// An owned buffer for one write, starting on a direct-I/O boundary (so the writer thread
+/// moves it to the disk without a page-cache copy); reused after its write.
+pub struct IoBuf {
+    raw: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+fn spare_buffers() -> &'static Mutex<Vec<Vec<u8>>> {
+    static SPARE: OnceLock<Mutex<Vec<Vec<u8>>>> = OnceLock::new();
+    SPARE.get_or_init(Mutex::default)
+}
+
+impl IoBuf {
+    /// A buffer of `len` bytes (contents unspecified).
+    pub fn new(len: usize) -> IoBuf {
+        let want = len + DIRECT_IO_ALIGN;
+        let reused = {
+            let mut spare = spare_buffers().lock().expect("spare buffers");
+            let at = spare.iter().position(|b| b.len() >= want);
+            at.map(|i| spare.swap_remove(i))
+        };
+        // Never grown afterwards: the aligned start stays where it is.
+        let raw = reused.unwrap_or_else(|| vec![0; want]);
+        let start = raw.as_ptr().align_offset(DIRECT_IO_ALIGN);
+        IoBuf { raw, start, len }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.raw[self.start..self.start + self.len]
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.raw[self.start..self.start + self.len]
+    }
+}
+
+impl std::fmt::Debug for IoBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IoBuf({} bytes)", self.len)
+    }
+}
+
+impl Drop for IoBuf {
+    fn drop(&mut self) {
+        let mut spare = spare_buffers().lock().expect("spare buffers");
+        if spare.len() < SPARE_BUFFERS {
+            spare.push(std::mem::take(&mut self.raw));
+        }
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Hands `job` to a writer thread (started on first use).
+fn submit(job: Job) {
+    static QUEUE: OnceLock<Sender<Job>> = OnceLock::new();
+    let queue = QUEUE.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..WRITERS {
+            let rx = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("dfs-writer-{i}"))
+                .spawn(move || run_writer(&rx))
+                .expect("start a DFS writer thread");
+        }
+        tx
+    });
+    queue
+        .send(job)
+        .expect("the DFS writers run as long as the process");
+}
+
+fn run_writer(jobs: &Mutex<Receiver<Job>>) {
+    loop {
+        let job = jobs.lock().expect("writer queue").recv();
+        match job {
+            Ok(job) => job(),
+            Err(_) => return,
+        }
+    }
+}
+
+impl Namespace {
+    /// Writes `data` at `offset` like [`Namespace::write`], but answers once the write is
+    /// queued for the disk (see the module).
+    pub fn write_behind(&self, oid: Oid, offset: u64, data: IoBuf) -> DfsResult<()> {
+        self.writable()?;
+        let len = data.len as u64;
+        let end = super::chunks::check_end(offset, len)?;
+        let _gate = self.data_gate.read().expect("data gate");
+        let Some((pieces, growth)) = self.start_write(oid, offset, len, len)? else {
+            return Ok(());
+        };
+        if let Err(e) = self.record_write(oid, end, growth) {
+            self.finish_write(oid, &pieces, growth);
+            self.release(growth);
+            return Err(e);
+        }
+        {
+            let mut st = self.writes.lock();
+            // Recorded as used now: no longer pending against the quota.
+            st.pending_growth -= growth;
+            for p in &pieces {
+                *st.queued.chunks.entry((oid, p.idx)).or_insert(0) += 1;
+            }
+            st.queued.bytes += len;
+        }
+        let writes = self.writes.clone();
+        submit(Box::new(move || {
+            let mut done = 0usize;
+            let moved = pieces.iter().try_for_each(|p| {
+                let n = p.len as usize;
+                p.file.write_at(p.at, &data.as_slice()[done..done + n])?;
+                done += n;
+                std::io::Result::Ok(())
+            });
+            let failure = moved.err().map(|e| e.to_string());
+            if let Some(why) = &failure {
+                tracing::error!(oid, offset, "a queued write failed: {why}");
+            }
+            writes.land(oid, &pieces, len, failure);
+        }));
+        Ok(())
+    }
+}

@@ -1,0 +1,143 @@
+//! Queued writes (`behind.rs`): answered before they land, yet never seen missing.
+
+use super::disk::SimDisk;
+use super::*;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+const CHUNK: u64 = 1 << 16;
+
+fn open(disk: &SimDisk) -> Arc<Namespace> {
+    let cfg = NamespaceConfig {
+        meta_path: PathBuf::from("/r0/c/meta.redb"),
+        chunk_dirs: vec![PathBuf::from("/r0/c"), PathBuf::from("/r1/c")],
+        chunk_size: CHUNK,
+        quota: None,
+        read_only: false,
+        budget: None,
+    };
+    Arc::new(Namespace::open(Arc::new(disk.clone()), cfg).unwrap())
+}
+
+fn bytes(len: usize, byte: u8) -> IoBuf {
+    let mut b = IoBuf::new(len);
+    b.as_mut_slice().fill(byte);
+    b
+}
+
+fn read(ns: &Namespace, oid: Oid, len: usize) -> Vec<u8> {
+    let mut buf = vec![0xEE; len];
+    let n = ns.read(oid, 0, &mut buf).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+/// Runs `f` on another thread and checks it is still waiting a while later (for the writes
+/// `disk` holds; released before failing, so nothing hangs on them).
+fn waiting<T: Send + 'static>(
+    disk: &SimDisk,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let t = thread::spawn(f);
+    thread::sleep(Duration::from_millis(100));
+    if t.is_finished() {
+        disk.hold_writes(false);
+        panic!("did not wait for the queued write");
+    }
+    t
+}
+
+#[test]
+fn a_queued_write_is_answered_at_once_and_read_back_once_it_lands() {
+    let disk = SimDisk::default();
+    let ns = open(&disk);
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap().oid;
+    disk.hold_writes(true);
+    // Answered while the disk holds every write: it was queued, not written.
+    ns.write_behind(f, 0, bytes(3 * CHUNK as usize, 0x5A))
+        .unwrap();
+    assert_eq!(
+        ns.getattr(f).unwrap().size,
+        3 * CHUNK,
+        "the size is recorded"
+    );
+    let reader = waiting(&disk, {
+        let ns = ns.clone();
+        move || read(&ns, f, 3 * CHUNK as usize)
+    });
+    let syncer = waiting(&disk, {
+        let ns = ns.clone();
+        move || ns.fsync(f)
+    });
+    disk.hold_writes(false);
+    assert_eq!(reader.join().unwrap(), vec![0x5A; 3 * CHUNK as usize]);
+    syncer.join().unwrap().unwrap();
+    // Durable: a crash now keeps it.
+    let after = open(&disk.crash());
+    assert_eq!(
+        read(&after, f, 3 * CHUNK as usize),
+        vec![0x5A; 3 * CHUNK as usize]
+    );
+}
+
+#[test]
+fn writes_to_a_chunk_land_in_order_and_cuts_wait_for_them() {
+    let disk = SimDisk::default();
+    let ns = open(&disk);
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap().oid;
+    disk.hold_writes(true);
+    ns.write_behind(f, 0, bytes(CHUNK as usize, 1)).unwrap();
+    let second = waiting(&disk, {
+        let ns = ns.clone();
+        move || ns.write_behind(f, 100, bytes(100, 2))
+    });
+    disk.hold_writes(false);
+    second.join().unwrap().unwrap();
+    let mut expect = vec![1; CHUNK as usize];
+    expect[100..200].fill(2);
+    assert_eq!(read(&ns, f, CHUNK as usize), expect);
+
+    // A removal waits, so no queued byte lands in a chunk file after it was retired.
+    disk.hold_writes(true);
+    ns.write_behind(f, CHUNK, bytes(CHUNK as usize, 3)).unwrap();
+    let unlink = waiting(&disk, {
+        let ns = ns.clone();
+        move || ns.unlink(ROOT, "f")
+    });
+    disk.hold_writes(false);
+    unlink.join().unwrap().unwrap();
+    assert_eq!(ns.used().unwrap(), 0);
+    let g = ns.create(ROOT, "g", 0o644, 0, 0).unwrap().oid;
+    ns.setattr(
+        g,
+        SetAttr {
+            size: Some(2 * CHUNK),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    ns.write(g, 0, b"x").unwrap();
+    ns.write(g, CHUNK, b"y").unwrap();
+    let mut expect = vec![0; 2 * CHUNK as usize];
+    (expect[0], expect[CHUNK as usize]) = (b'x', b'y');
+    assert_eq!(
+        read(&ns, g, 2 * CHUNK as usize),
+        expect,
+        "recycled files hold old bytes"
+    );
+}
+
+#[test]
+fn a_queued_write_that_fails_fails_the_next_fsync() {
+    let disk = SimDisk::default();
+    let ns = open(&disk);
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap().oid;
+    disk.fail_writes(true);
+    ns.write_behind(f, 0, bytes(CHUNK as usize, 7)).unwrap();
+    let e = ns.fsync(f).unwrap_err();
+    assert_eq!(e.errno, Errno::Io, "{e:?}");
+    disk.fail_writes(false);
+    ns.fsync(f).unwrap();
+}
