@@ -20,14 +20,10 @@ use super::namespace::{Namespace, WriteState};
 use super::{DfsResult, Errno, err};
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
 /// Bytes a namespace may have queued before its writers wait for the disk.
 const MAX_QUEUED_BYTES: u64 = 16 << 20;
-
-/// Writer threads, shared by every namespace: how many queued writes the disk sees at once.
-const WRITERS: usize = 4;
 
 /// Buffers kept for reuse (each up to the largest write plus alignment).
 const SPARE_BUFFERS: usize = 32;
@@ -109,6 +105,11 @@ impl Writes {
 }
 
 impl Queued {
+    /// Whether writes to chunk `key` are queued.
+    pub(super) fn holds(&self, key: (Oid, u64)) -> bool {
+        self.chunks.contains_key(&key)
+    }
+
     /// EIO if a queued write of `oid` failed since the last time this was asked.
     pub(super) fn take_failure(&mut self, oid: Oid) -> DfsResult<()> {
         match self.failed.remove(&oid) {
@@ -170,38 +171,6 @@ impl Drop for IoBuf {
     }
 }
 
-type Job = Box<dyn FnOnce() + Send>;
-
-/// Hands `job` to a writer thread (started on first use).
-fn submit(job: Job) {
-    static QUEUE: OnceLock<Sender<Job>> = OnceLock::new();
-    let queue = QUEUE.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        for i in 0..WRITERS {
-            let rx = rx.clone();
-            std::thread::Builder::new()
-                .name(format!("dfs-writer-{i}"))
-                .spawn(move || run_writer(&rx))
-                .expect("start a DFS writer thread");
-        }
-        tx
-    });
-    queue
-        .send(job)
-        .expect("the DFS writers run as long as the process");
-}
-
-fn run_writer(jobs: &Mutex<Receiver<Job>>) {
-    loop {
-        let job = jobs.lock().expect("writer queue").recv();
-        match job {
-            Ok(job) => job(),
-            Err(_) => return,
-        }
-    }
-}
-
 impl Namespace {
     /// Writes `data` at `offset` like [`Namespace::write`], but answers once the write is
     /// queued for the disk (see the module).
@@ -228,7 +197,7 @@ impl Namespace {
             st.queued.bytes += len;
         }
         let writes = self.writes.clone();
-        submit(Box::new(move || {
+        super::pool::submit(Box::new(move || {
             let mut done = 0usize;
             let moved = pieces.iter().try_for_each(|p| {
                 let n = p.len as usize;

@@ -2,6 +2,7 @@
 //! file per chunk, spread over the pool's ranks. Missing chunks (and the part of a chunk
 //! beyond its file's end) are holes and read as zeros.
 
+use super::ahead::{Fetch, copy_fetched};
 use super::disk::DiskFile;
 use super::inode::{Inode, Oid, Time};
 use super::namespace::{INODES, Namespace, WriteState, get_inode, put_inode};
@@ -24,6 +25,14 @@ pub(super) struct WritePiece {
     pub(super) len: u64,
 }
 
+/// Where a read finds one chunk's bytes.
+enum Source {
+    /// Read ahead (see `ahead.rs`).
+    Fetched(Arc<Fetch>),
+    /// In the chunk file; None for a hole.
+    File(Option<Arc<dyn DiskFile>>),
+}
+
 /// EFBIG unless [offset, offset + len) is addressable.
 pub(super) fn check_end(offset: u64, len: u64) -> DfsResult<u64> {
     match offset.checked_add(len) {
@@ -42,7 +51,7 @@ fn mark_dir_dirty(st: &mut WriteState, path: &Path) {
 }
 
 impl Namespace {
-    fn chunk_path(&self, oid: Oid, idx: u64) -> PathBuf {
+    pub(super) fn chunk_path(&self, oid: Oid, idx: u64) -> PathBuf {
         let dirs = &self.cfg.chunk_dirs;
         let rank = (oid.wrapping_add(idx) % dirs.len() as u64) as usize;
         dirs[rank].join(format!("{oid:x}.{idx}"))
@@ -119,24 +128,43 @@ impl Namespace {
         // Held while the chunk files are read: none of them becomes a spare meanwhile.
         let _gate = self.data_gate.read().expect("data gate");
         // The lock only guards the chunk cache: reads run side by side.
-        let files: Vec<_> = {
+        let sources: Vec<_> = {
             let st = self.writes.lock();
             let mut st = self
                 .writes
                 .wait_for(st, oid, self.chunk_range(offset, len), 0);
-            self.pieces(offset, len)
-                .map(|(idx, at, n)| Ok((self.chunk(&mut st, oid, idx, false)?, at, n)))
-                .collect::<DfsResult<_>>()?
+            let sources = self
+                .pieces(offset, len)
+                .map(|(idx, at, n)| {
+                    // Taken by the read that reaches the chunk's end (or the file's).
+                    let last =
+                        at + n == self.chunk_size || idx * self.chunk_size + at + n >= ino.size;
+                    let fetched = st.ahead.fetched((oid, idx), last);
+                    let source = match fetched {
+                        Some(f) => Source::Fetched(f),
+                        None => Source::File(self.chunk(&mut st, oid, idx, false)?),
+                    };
+                    Ok((idx, source, at, n))
+                })
+                .collect::<DfsResult<_>>()?;
+            self.read_ahead(&mut st, oid, (offset, offset + len), ino.size);
+            sources
         };
         let mut done = 0usize;
-        for (file, at, n) in files {
+        for (idx, source, at, n) in sources {
             let out = &mut buf[done..done + n as usize];
+            done += n as usize;
+            let file = match source {
+                Source::Fetched(f) if copy_fetched(&f, at, out) => continue,
+                // It could not be read ahead: read it here.
+                Source::Fetched(_) => self.chunk(&mut self.writes.lock(), oid, idx, false)?,
+                Source::File(f) => f,
+            };
             let got = match file {
                 Some(f) => f.read_at(at, out)?,
                 None => 0,
             };
             out[got..].fill(0);
-            done += n as usize;
         }
         Ok(done)
     }
@@ -269,6 +297,7 @@ impl WriteState {
             // The cache may have been emptied meanwhile; fsync finds dirty chunks there.
             self.open.entry(key).or_insert_with(|| p.file.clone());
             self.dirty.insert(key);
+            self.ahead.forget(oid, p.idx);
             if let Some(e) = self.in_flight.get_mut(&key) {
                 e.1 -= 1;
                 if e.1 == 0 {

@@ -3,6 +3,7 @@
 //! hard links). Metadata lives in a per-container transactional store, file
 //! data in chunk files spread over the pool's ranks.
 
+mod ahead;
 mod behind;
 mod chunks;
 mod dirents;
@@ -10,6 +11,7 @@ pub mod disk;
 pub mod inode;
 mod names;
 pub mod namespace;
+mod pool;
 mod snapshot;
 mod space;
 mod spares;
@@ -98,6 +100,8 @@ impl From<std::io::Error> for DfsError {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_ahead;
 #[cfg(test)]
 mod tests_behind;
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! `chunks.rs`, listings in `dirents.rs`, space in `space.rs`, extended
 //! attributes in `xattrs.rs` and snapshots in `snapshot.rs`.
 
+use super::ahead::ReadAhead;
 use super::behind::{Queued, Writes};
 use super::dirents::entry_key;
 use super::disk::{Disk, RedbFile};
@@ -109,6 +110,8 @@ pub(super) struct WriteState {
     pub(super) spares: Spares,
     /// Writes answered but not on the disk yet.
     pub(super) queued: Queued,
+    /// Chunks read ahead of sequential readers.
+    pub(super) ahead: ReadAhead,
 }
 
 impl Drop for Namespace {
@@ -246,11 +249,13 @@ impl Namespace {
         self.cfg.read_only
     }
 
-    /// Holds every write out, waits for the queued ones to land, and takes the write state:
-    /// for changes that cut, remove or link chunk files.
+    /// Holds every write out, waits for the queued ones to land, drops what was read ahead,
+    /// and takes the write state: for changes that cut, remove or link chunk files.
     pub(super) fn quiesce(&self) -> (RwLockWriteGuard<'_, ()>, MutexGuard<'_, WriteState>) {
         let gate = self.data_gate.write().expect("data gate");
-        (gate, self.writes.drain(self.writes.lock()))
+        let mut st = self.writes.drain(self.writes.lock());
+        st.ahead.clear();
+        (gate, st)
     }
 
     /// Runs `f` in a write transaction committed without forcing the disk.

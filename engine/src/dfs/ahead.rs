@@ -1,0 +1,141 @@
+//! Read-ahead for sequential readers.
+//!
+//! A read that starts where the object's last read ended has the next chunks read on the
+//! I/O threads (`pool.rs`), so the stream's next requests find their bytes in memory: the
+//! disk works while the network carries the last reply, where a stream used to pay them
+//! one after the other. What was read ahead of a chunk is dropped whenever the chunk
+//! changes (a write landing in it, a cut), so a read never sees older bytes than a plain
+//! read at the same moment would.
+
+use super::behind::IoBuf;
+use super::disk::Disk;
+use super::inode::Oid;
+use super::namespace::{Namespace, WriteState};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+
+/// Chunks read ahead of a sequential reader.
+const DEPTH: u64 = 2;
+/// Chunks held per namespace; past it, what is held is dropped (readers that went away).
+const MAX_CHUNKS: usize = 64;
+/// Objects whose last read end is remembered.
+const MAX_STREAMS: usize = 4096;
+/// Larger chunks are not read ahead: the memory would outweigh the gain.
+const MAX_CHUNK_SIZE: u64 = 4 << 20;
+
+/// What was read ahead, and where readers are.
+#[derive(Debug, Default)]
+pub(super) struct ReadAhead {
+    /// Where each object's last read ended.
+    ends: HashMap<Oid, u64>,
+    chunks: HashMap<(Oid, u64), Arc<Fetch>>,
+}
+
+/// One chunk being read ahead.
+#[derive(Debug, Default)]
+pub(super) struct Fetch {
+    /// The chunk's bytes (none for a hole), once read; None after a failure, when the
+    /// reader reads for itself.
+    got: Mutex<Option<Option<IoBuf>>>,
+    ready: Condvar,
+}
+
+impl ReadAhead {
+    /// Drops what was read ahead of chunk `idx` of `oid` (it changed).
+    pub(super) fn forget(&mut self, oid: Oid, idx: u64) {
+        self.chunks.remove(&(oid, idx));
+    }
+
+    /// What was read ahead of `key`, taken if the read uses it to the chunk's end.
+    pub(super) fn fetched(&mut self, key: (Oid, u64), to_end: bool) -> Option<Arc<Fetch>> {
+        match to_end {
+            true => self.chunks.remove(&key),
+            false => self.chunks.get(&key).cloned(),
+        }
+    }
+
+    /// Whether chunk `key` has been read ahead and is waiting in memory.
+    #[cfg(test)]
+    pub(super) fn holds(&self, key: (Oid, u64)) -> bool {
+        self.chunks
+            .get(&key)
+            .is_some_and(|f| matches!(&*f.got.lock().expect("fetch"), Some(Some(_))))
+    }
+
+    /// Drops everything read ahead (chunk files are being cut, removed or linked).
+    pub(super) fn clear(&mut self) {
+        self.chunks.clear();
+    }
+}
+
+/// Reads chunk file `path` whole: up to `len` bytes, a hole if it does not exist.
+fn read_chunk(disk: &dyn Disk, path: &std::path::Path, len: usize) -> std::io::Result<IoBuf> {
+    let mut buf = IoBuf::new(len);
+    let n = match disk.open(path, false) {
+        Ok(f) => f.read_at(0, buf.as_mut_slice())?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(e),
+    };
+    buf.as_mut_slice()[n..].fill(0);
+    Ok(buf)
+}
+
+fn start_fetch(disk: Arc<dyn Disk>, path: PathBuf, len: usize) -> Arc<Fetch> {
+    let fetch = Arc::new(Fetch::default());
+    let done = fetch.clone();
+    super::pool::submit(Box::new(move || {
+        let got = read_chunk(&*disk, &path, len)
+            .inspect_err(|e| tracing::debug!("read-ahead of {}: {e}", path.display()))
+            .ok();
+        *done.got.lock().expect("fetch") = Some(got);
+        done.ready.notify_all();
+    }));
+    fetch
+}
+
+impl Namespace {
+    /// Notes a read of [offset, end) of a file of `size` bytes; if it follows the last one,
+    /// starts reading the chunks after it.
+    pub(super) fn read_ahead(
+        &self,
+        st: &mut WriteState,
+        oid: Oid,
+        (offset, end): (u64, u64),
+        size: u64,
+    ) {
+        let cs = self.chunk_size;
+        if st.ahead.ends.len() >= MAX_STREAMS {
+            st.ahead.ends.clear();
+        }
+        if st.ahead.ends.insert(oid, end) != Some(offset) || cs > MAX_CHUNK_SIZE {
+            return;
+        }
+        if st.ahead.chunks.len() >= MAX_CHUNKS {
+            st.ahead.chunks.clear();
+        }
+        let first = end / cs;
+        for idx in (first..first + DEPTH).take_while(|i| i * cs < size) {
+            let key = (oid, idx);
+            // A chunk with writes queued is read once they land.
+            if st.ahead.chunks.contains_key(&key) || st.queued.holds(key) {
+                continue;
+            }
+            let fetch = start_fetch(self.disk.clone(), self.chunk_path(oid, idx), cs as usize);
+            st.ahead.chunks.insert(key, fetch);
+        }
+    }
+}
+
+/// Copies what was read ahead into `out` (the part of the chunk at `at`), once it is there;
+/// false if the chunk could not be read ahead.
+pub(super) fn copy_fetched(fetch: &Fetch, at: u64, out: &mut [u8]) -> bool {
+    let got = fetch.got.lock().expect("fetch");
+    let got = fetch.ready.wait_while(got, |g| g.is_none()).expect("fetch");
+    let Some(Some(buf)) = &*got else {
+        return false;
+    };
+    let at = at as usize;
+    out.copy_from_slice(&buf.as_slice()[at..at + out.len()]);
+    true
+}
