@@ -35,10 +35,20 @@ pub(super) struct ReadAhead {
 /// One chunk being read ahead.
 #[derive(Debug, Default)]
 pub(super) struct Fetch {
-    /// The chunk's bytes (none for a hole), once read; None after a failure, when the
-    /// reader reads for itself.
-    got: Mutex<Option<Option<IoBuf>>>,
+    state: Mutex<FetchState>,
     ready: Condvar,
+}
+
+#[derive(Debug, Default)]
+enum FetchState {
+    /// Waiting for an I/O thread.
+    #[default]
+    Queued,
+    Reading,
+    /// The chunk's bytes; None if they could not be read (the reader reads for itself).
+    Done(Option<IoBuf>),
+    /// A reader came first and read for itself: no thread should read it now.
+    Dropped,
 }
 
 impl ReadAhead {
@@ -60,7 +70,7 @@ impl ReadAhead {
     pub(super) fn holds(&self, key: (Oid, u64)) -> bool {
         self.chunks
             .get(&key)
-            .is_some_and(|f| matches!(&*f.got.lock().expect("fetch"), Some(Some(_))))
+            .is_some_and(|f| matches!(&*f.state.lock().expect("fetch"), FetchState::Done(Some(_))))
     }
 
     /// Drops everything read ahead (chunk files are being cut, removed or linked).
@@ -83,13 +93,20 @@ fn read_chunk(disk: &dyn Disk, path: &std::path::Path, len: usize) -> std::io::R
 
 fn start_fetch(disk: Arc<dyn Disk>, path: PathBuf, len: usize) -> Arc<Fetch> {
     let fetch = Arc::new(Fetch::default());
-    let done = fetch.clone();
+    let job = fetch.clone();
     super::pool::submit(Box::new(move || {
+        {
+            let mut state = job.state.lock().expect("fetch");
+            if matches!(*state, FetchState::Dropped) {
+                return;
+            }
+            *state = FetchState::Reading;
+        }
         let got = read_chunk(&*disk, &path, len)
             .inspect_err(|e| tracing::debug!("read-ahead of {}: {e}", path.display()))
             .ok();
-        *done.got.lock().expect("fetch") = Some(got);
-        done.ready.notify_all();
+        *job.state.lock().expect("fetch") = FetchState::Done(got);
+        job.ready.notify_all();
     }));
     fetch
 }
@@ -128,11 +145,18 @@ impl Namespace {
 }
 
 /// Copies what was read ahead into `out` (the part of the chunk at `at`), once it is there;
-/// false if the chunk could not be read ahead.
+/// false if the reader should read for itself: the chunk could not be read, or no I/O thread
+/// has started on it (waiting behind other streams' read-ahead would cost more than reading).
 pub(super) fn copy_fetched(fetch: &Fetch, at: u64, out: &mut [u8]) -> bool {
-    let got = fetch.got.lock().expect("fetch");
-    let got = fetch.ready.wait_while(got, |g| g.is_none()).expect("fetch");
-    let Some(Some(buf)) = &*got else {
+    let mut state = fetch.state.lock().expect("fetch");
+    if matches!(*state, FetchState::Queued) {
+        *state = FetchState::Dropped;
+    }
+    let state = fetch
+        .ready
+        .wait_while(state, |s| matches!(s, FetchState::Reading))
+        .expect("fetch");
+    let FetchState::Done(Some(buf)) = &*state else {
         return false;
     };
     let at = at as usize;
