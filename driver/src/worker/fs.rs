@@ -482,13 +482,14 @@ impl DfsFs {
     }
 
     /// Writes zeros over the part of [offset, offset + len) below the size (punch hole and
-    /// zero range: DFS frees nothing inside a chunk).
-    fn zero_within(&self, oid: Oid, offset: u64, len: u64) -> io::Result<()> {
+    /// zero range: DFS frees nothing inside a chunk); returns the size.
+    fn zero_within(&self, oid: Oid, offset: u64, len: u64) -> io::Result<u64> {
         const CHUNK: u64 = 1 << 20;
+        let size = self.dfs.getattr(oid).map_err(err)?.size;
         let end = offset
             .checked_add(len)
             .ok_or_else(|| errno(libc::EFBIG))?
-            .min(self.dfs.getattr(oid).map_err(err)?.size);
+            .min(size);
         let zeros = vec![0u8; CHUNK.min(end.saturating_sub(offset)) as usize];
         let mut at = offset;
         while at < end {
@@ -496,7 +497,7 @@ impl DfsFs {
             self.dfs.write(oid, at, &zeros[..n as usize]).map_err(err)?;
             at += n;
         }
-        Ok(())
+        Ok(size)
     }
 }
 
@@ -880,12 +881,14 @@ impl FileSystem for DfsFs {
                     .dfs
                     .allocate(inode, offset, length, keep_size)
                     .map_err(err),
-                libc::FALLOC_FL_PUNCH_HOLE if keep_size => self.zero_within(inode, offset, length),
+                libc::FALLOC_FL_PUNCH_HOLE if keep_size => {
+                    self.zero_within(inode, offset, length).map(drop)
+                }
                 libc::FALLOC_FL_ZERO_RANGE => {
-                    self.zero_within(inode, offset, length)?;
+                    let size = self.zero_within(inode, offset, length)?;
                     // Beyond the end, zeros are what extending the size gives.
                     let end = offset + length;
-                    if !keep_size && end > self.dfs.getattr(inode).map_err(err)?.size {
+                    if !keep_size && end > size {
                         self.dfs.truncate(inode, end).map_err(err)?;
                     }
                     Ok(())

@@ -2,7 +2,6 @@
 
 use super::convert::{self, attr};
 use super::{BulkIo, ConnectionContext, MAX_IO, MAX_READDIR_ENTRIES};
-use crate::dfs::disk::DIRECT_IO_ALIGN;
 use crate::dfs::{DfsError, DfsResult, Errno, IoBuf, ROOT, XattrSet};
 use crate::engine::Engine;
 use dpufs_proto::engine::v1::{self as wire, dfs_reply::Result as Res, dfs_request::Op};
@@ -52,21 +51,18 @@ fn changes(op: &Op) -> bool {
     }
 }
 
-/// Runs `f` on a reusable buffer of `len` bytes (I/O buffers are up to 1 MiB; allocating
-/// and zeroing one per request would cost more than the copy). The buffer starts on a block
-/// boundary, so whole-block transfers to chunk files can bypass the page cache.
+/// Runs `f` on this thread's buffer, `len` bytes of it (see [`IoBuf`]).
 fn with_buffer<T>(len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
     thread_local! {
-        static BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        static BUF: RefCell<Option<IoBuf>> = const { RefCell::new(None) };
     }
     BUF.with(|b| {
         let mut b = b.borrow_mut();
-        if b.len() < len + DIRECT_IO_ALIGN {
-            // Replaced, not grown: a grown Vec may move, and the aligned start with it.
-            *b = vec![0; len + DIRECT_IO_ALIGN];
+        if b.as_ref().is_none_or(|b| b.len() < len) {
+            *b = Some(IoBuf::new(len));
         }
-        let start = b.as_ptr().align_offset(DIRECT_IO_ALIGN);
-        f(&mut b[start..start + len])
+        let buf = b.as_mut().expect("just made").as_mut_slice();
+        f(&mut buf[..len])
     })
 }
 

@@ -7,9 +7,9 @@
 //! changes (a write landing in it, a cut), so a read never sees older bytes than a plain
 //! read at the same moment would.
 
-use super::behind::IoBuf;
-use super::disk::Disk;
+use super::disk::{Disk, DiskFile};
 use super::inode::Oid;
+use super::iobuf::IoBuf;
 use super::namespace::{Namespace, WriteState};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -79,19 +79,33 @@ impl ReadAhead {
     }
 }
 
-/// Reads chunk file `path` whole: up to `len` bytes, a hole if it does not exist.
-fn read_chunk(disk: &dyn Disk, path: &std::path::Path, len: usize) -> std::io::Result<IoBuf> {
+/// Where a chunk to read ahead is: open already (in the namespace's chunk cache), or a path
+/// the I/O thread opens, off the writes lock.
+enum ChunkAt {
+    Open(Arc<dyn DiskFile>),
+    Path(Arc<dyn Disk>, PathBuf),
+}
+
+/// Reads the chunk whole: up to `len` bytes, a hole if it does not exist.
+fn read_chunk(chunk: &ChunkAt, len: usize) -> std::io::Result<IoBuf> {
     let mut buf = IoBuf::new(len);
-    let n = match disk.open(path, false) {
-        Ok(f) => f.read_at(0, buf.as_mut_slice())?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-        Err(e) => return Err(e),
+    let file = match chunk {
+        ChunkAt::Open(f) => Some(f.clone()),
+        ChunkAt::Path(disk, path) => match disk.open(path, false) {
+            Ok(f) => Some(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        },
+    };
+    let n = match file {
+        Some(f) => f.read_at(0, buf.as_mut_slice())?,
+        None => 0,
     };
     buf.as_mut_slice()[n..].fill(0);
     Ok(buf)
 }
 
-fn start_fetch(disk: Arc<dyn Disk>, path: PathBuf, len: usize) -> Arc<Fetch> {
+fn start_fetch(chunk: ChunkAt, len: usize) -> Arc<Fetch> {
     let fetch = Arc::new(Fetch::default());
     let job = fetch.clone();
     super::pool::submit(Box::new(move || {
@@ -102,8 +116,8 @@ fn start_fetch(disk: Arc<dyn Disk>, path: PathBuf, len: usize) -> Arc<Fetch> {
             }
             *state = FetchState::Reading;
         }
-        let got = read_chunk(&*disk, &path, len)
-            .inspect_err(|e| tracing::debug!("read-ahead of {}: {e}", path.display()))
+        let got = read_chunk(&chunk, len)
+            .inspect_err(|e| tracing::debug!("read-ahead failed: {e}"))
             .ok();
         *job.state.lock().expect("fetch") = FetchState::Done(got);
         job.ready.notify_all();
@@ -138,7 +152,11 @@ impl Namespace {
             if st.ahead.chunks.contains_key(&key) || st.queued.holds(key) {
                 continue;
             }
-            let fetch = start_fetch(self.disk.clone(), self.chunk_path(oid, idx), cs as usize);
+            let chunk = match st.open.get(&key) {
+                Some(f) => ChunkAt::Open(f.clone()),
+                None => ChunkAt::Path(self.disk.clone(), self.chunk_path(oid, idx)),
+            };
+            let fetch = start_fetch(chunk, cs as usize);
             st.ahead.chunks.insert(key, fetch);
         }
     }

@@ -14,19 +14,16 @@
 //! - A crash loses only what no fsync acknowledged.
 
 use super::chunks::WritePiece;
-use super::disk::DIRECT_IO_ALIGN;
 use super::inode::Oid;
+use super::iobuf::IoBuf;
 use super::namespace::{Namespace, WriteState};
 use super::{DfsResult, Errno, err};
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// Bytes a namespace may have queued before its writers wait for the disk.
 const MAX_QUEUED_BYTES: u64 = 16 << 20;
-
-/// Buffers kept for reuse (each up to the largest write plus alignment).
-const SPARE_BUFFERS: usize = 32;
 
 /// The write state of a namespace, and the signal that queued writes landed.
 #[derive(Debug, Default)]
@@ -119,64 +116,12 @@ impl Queued {
     }
 }
 
-/// An owned buffer for one write, starting on a direct-I/O boundary (so the writer thread
-/// moves it to the disk without a page-cache copy); reused after its write.
-pub struct IoBuf {
-    raw: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-fn spare_buffers() -> &'static Mutex<Vec<Vec<u8>>> {
-    static SPARE: OnceLock<Mutex<Vec<Vec<u8>>>> = OnceLock::new();
-    SPARE.get_or_init(Mutex::default)
-}
-
-impl IoBuf {
-    /// A buffer of `len` bytes (contents unspecified).
-    pub fn new(len: usize) -> IoBuf {
-        let want = len + DIRECT_IO_ALIGN;
-        let reused = {
-            let mut spare = spare_buffers().lock().expect("spare buffers");
-            let at = spare.iter().position(|b| b.len() >= want);
-            at.map(|i| spare.swap_remove(i))
-        };
-        // Never grown afterwards: the aligned start stays where it is.
-        let raw = reused.unwrap_or_else(|| vec![0; want]);
-        let start = raw.as_ptr().align_offset(DIRECT_IO_ALIGN);
-        IoBuf { raw, start, len }
-    }
-
-    pub fn as_slice(&self) -> &[u8] {
-        &self.raw[self.start..self.start + self.len]
-    }
-
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.raw[self.start..self.start + self.len]
-    }
-}
-
-impl std::fmt::Debug for IoBuf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "IoBuf({} bytes)", self.len)
-    }
-}
-
-impl Drop for IoBuf {
-    fn drop(&mut self) {
-        let mut spare = spare_buffers().lock().expect("spare buffers");
-        if spare.len() < SPARE_BUFFERS {
-            spare.push(std::mem::take(&mut self.raw));
-        }
-    }
-}
-
 impl Namespace {
     /// Writes `data` at `offset` like [`Namespace::write`], but answers once the write is
     /// queued for the disk (see the module).
     pub fn write_behind(&self, oid: Oid, offset: u64, data: IoBuf) -> DfsResult<()> {
         self.writable()?;
-        let len = data.len as u64;
+        let len = data.len() as u64;
         let end = super::chunks::check_end(offset, len)?;
         let _gate = self.data_gate.read().expect("data gate");
         let Some((pieces, growth)) = self.start_write(oid, offset, len, len)? else {
@@ -198,13 +143,7 @@ impl Namespace {
         }
         let writes = self.writes.clone();
         super::pool::submit(Box::new(move || {
-            let mut done = 0usize;
-            let moved = pieces.iter().try_for_each(|p| {
-                let n = p.len as usize;
-                p.file.write_at(p.at, &data.as_slice()[done..done + n])?;
-                done += n;
-                std::io::Result::Ok(())
-            });
+            let moved = super::chunks::write_pieces(&pieces, data.as_slice());
             let failure = moved.err().map(|e| e.to_string());
             if let Some(why) = &failure {
                 tracing::error!(oid, offset, "a queued write failed: {why}");

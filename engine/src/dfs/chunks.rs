@@ -6,7 +6,7 @@ use super::ahead::{Fetch, copy_fetched};
 use super::disk::DiskFile;
 use super::inode::{Inode, Oid, Time};
 use super::namespace::{INODES, Namespace, WriteState, get_inode, put_inode};
-use super::{DfsResult, Errno, err};
+use super::{DfsError, DfsResult, Errno, err};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -31,6 +31,17 @@ enum Source {
     Fetched(Arc<Fetch>),
     /// In the chunk file; None for a hole.
     File(Option<Arc<dyn DiskFile>>),
+}
+
+/// Moves `data` into the pieces of its write, in order.
+pub(super) fn write_pieces(pieces: &[WritePiece], data: &[u8]) -> std::io::Result<()> {
+    let mut done = 0usize;
+    for p in pieces {
+        let n = p.len as usize;
+        p.file.write_at(p.at, &data[done..done + n])?;
+        done += n;
+    }
+    Ok(())
 }
 
 /// EFBIG unless [offset, offset + len) is addressable.
@@ -175,10 +186,8 @@ impl Namespace {
         self.writable()?;
         let end = check_end(offset, data.len() as u64)?;
         let _gate = self.data_gate.read().expect("data gate");
-        self.change_chunks(oid, offset, data.len() as u64, end, |piece, done| {
-            piece
-                .file
-                .write_at(piece.at, &data[done..done + piece.len as usize])
+        self.change_chunks(oid, offset, data.len() as u64, end, |pieces| {
+            write_pieces(pieces, data)
         })
     }
 
@@ -201,33 +210,27 @@ impl Namespace {
         if stop <= offset {
             return Ok(());
         }
-        self.change_chunks(oid, offset, stop - offset, new_end, |piece, _| {
-            piece.file.allocate(piece.at, piece.len)
+        self.change_chunks(oid, offset, stop - offset, new_end, |pieces| {
+            pieces.iter().try_for_each(|p| p.file.allocate(p.at, p.len))
         })
     }
 
-    /// Applies `apply` (given the piece and the bytes of the range before it) to each
-    /// chunk's piece of [offset, offset + len) after reserving the space they grow by; then
-    /// records a size of at least `new_end`, the times and the space used. Callers hold the
-    /// data gate shared.
+    /// Applies `apply` to the chunks' pieces of [offset, offset + len) after reserving the
+    /// space they grow by; then records a size of at least `new_end`, the times and the space
+    /// used. Callers hold the data gate shared.
     fn change_chunks(
         &self,
         oid: Oid,
         offset: u64,
         len: u64,
         new_end: u64,
-        apply: impl Fn(&WritePiece, usize) -> std::io::Result<()>,
+        apply: impl FnOnce(&[WritePiece]) -> std::io::Result<()>,
     ) -> DfsResult<()> {
         let Some((files, growth)) = self.start_write(oid, offset, len, 0)? else {
             // pwrite(2) of nothing changes nothing, not even the size.
             return Ok(());
         };
-        let mut done = 0usize;
-        let moved = files.iter().try_for_each(|piece| {
-            apply(piece, done)?;
-            done += piece.len as usize;
-            Ok(())
-        });
+        let moved = apply(&files).map_err(DfsError::from);
         // Recorded before the change stops being in flight, so its growth is always counted
         // once against the quota: pending, then used.
         let written = moved.and_then(|()| self.record_write(oid, new_end, growth));

@@ -167,10 +167,18 @@ impl DiskFile for RealFile {
     }
 }
 
+/// Creates the directory `path` goes in, if missing.
+fn make_parent(path: &Path) -> io::Result<()> {
+    match path.parent() {
+        Some(dir) => std::fs::create_dir_all(dir),
+        None => Ok(()),
+    }
+}
+
 impl Disk for RealDisk {
     fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn DiskFile>> {
-        if create && let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+        if create {
+            make_parent(path)?;
         }
         Ok(Arc::new(RealFile::open(path, create)?))
     }
@@ -187,15 +195,11 @@ impl Disk for RealDisk {
         }
     }
     fn link(&self, from: &Path, to: &Path) -> io::Result<()> {
-        if let Some(dir) = to.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
+        make_parent(to)?;
         std::fs::hard_link(from, to)
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        if let Some(dir) = to.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
+        make_parent(to)?;
         std::fs::rename(from, to)
     }
     fn is_shared(&self, path: &Path) -> io::Result<bool> {

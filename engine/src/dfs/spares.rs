@@ -1,8 +1,8 @@
 //! Recycled chunk files. A chunk file that is no longer needed (its file was unlinked or cut
 //! short) is emptied and moved to the `spares` subdirectory of its chunk directory instead of
 //! being deleted, and the next new chunk in that directory takes it by a rename. Keeping them
-//! apart means finding them again at start-up lists only the spares, not every chunk file. Creating a file on ext4
-//! allocates an inode, and right after many deletions that allocation scans the inode table
+//! apart means finding them again at start-up lists only the spares, not every chunk file.
+//! Creating a file on ext4 allocates an inode, and right after many deletions that allocation scans the inode table
 //! for inodes that were not recently freed: measured on the engine, `open(O_CREAT)` of a chunk
 //! took about as long as the 1 MiB direct write into it. Renaming a spare costs a directory
 //! update only. (Log-structured stores recycle their log files for the same reason.)
