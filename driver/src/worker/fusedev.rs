@@ -11,9 +11,10 @@
 //!   a worker dies only its own in-flight requests fail (ECONNABORTED), and the connection
 //!   lives on while any other descriptor of it is open;
 //! - reads are blocking: the kernel wakes one reader per request (no poll, no thundering herd).
-//!   A reader stops when the connection goes away (ENODEV) or when it is asked to stop and
-//!   woken by a signal ([`WAKE_SIGNAL`]) between requests; a request it has read is always
-//!   answered first, which is what a drain needs.
+//!   A reader stops when the connection goes away (ENODEV, or ECONNABORTED when it went
+//!   while a request was being read) or when it is asked to stop and woken by a signal
+//!   ([`WAKE_SIGNAL`]) between requests; a request it has read is always answered first,
+//!   which is what a drain needs.
 
 use super::fs::DfsFs;
 use super::stats::Stats;
@@ -177,9 +178,11 @@ pub struct MountInfo {
 }
 
 impl MountInfo {
-    /// The FUSE connection's number (its directory under /sys/fs/fuse/connections).
+    /// The FUSE connection's number (its directory under /sys/fs/fuse/connections): the
+    /// kernel's own encoding of the device number (major << 20 | minor), which differs from
+    /// glibc's `makedev` once the minor passes 255.
     pub fn connection(&self) -> u64 {
-        libc::makedev(self.dev.0, self.dev.1)
+        (u64::from(self.dev.0) << 20) | u64::from(self.dev.1)
     }
 }
 
@@ -288,7 +291,7 @@ pub fn abort_connection(connection: u64) -> io::Result<()> {
 /// Why a reader stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChannelEnd {
-    /// The connection is gone (unmounted or aborted): ENODEV.
+    /// The connection is gone (unmounted or aborted): ENODEV or ECONNABORTED.
     Unmounted,
     /// The worker asked it to stop; every request it had read was answered.
     Stopped,
@@ -341,7 +344,10 @@ pub fn serve_channel(
                 // EINTR: woken (maybe to stop); ENOENT: the request was interrupted before
                 // we read it; EAGAIN: a non-blocking descriptor with nothing queued.
                 Some(libc::EINTR | libc::ENOENT | libc::EAGAIN) => continue,
-                Some(libc::ENODEV) => return Ok(ChannelEnd::Unmounted),
+                // ENODEV: the connection is gone. ECONNABORTED: it went away while this
+                // reader was copying a request out (the kernel takes the request back), which
+                // a normal unmount can cause as well as an abort: gone all the same.
+                Some(libc::ENODEV | libc::ECONNABORTED) => return Ok(ChannelEnd::Unmounted),
                 _ => return Err(e),
             }
         }
@@ -451,6 +457,18 @@ mod tests {
         assert_eq!(unescape_mountinfo("/a\\040b"), PathBuf::from("/a b"));
         assert_eq!(unescape_mountinfo("/plain"), PathBuf::from("/plain"));
         assert_eq!(unescape_mountinfo("/x\\134y"), PathBuf::from("/x\\y"));
+    }
+
+    #[test]
+    fn connection_numbers_use_the_kernels_device_encoding() {
+        let m = |dev| MountInfo {
+            dev,
+            fstype: "fuse.dpufs".into(),
+            source: "dpufs".into(),
+        };
+        assert_eq!(m((0, 42)).connection(), 42);
+        assert_eq!(m((0, 300)).connection(), 300);
+        assert_eq!(m((1, 2)).connection(), (1 << 20) | 2);
     }
 
     #[test]
