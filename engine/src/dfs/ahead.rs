@@ -116,7 +116,7 @@ fn start_fetch(chunk: ChunkAt, len: usize) -> Arc<Fetch> {
             }
             *state = FetchState::Reading;
         }
-        let got = read_chunk(&chunk, len)
+        let got = super::pool::catching(|| read_chunk(&chunk, len))
             .inspect_err(|e| tracing::debug!("read-ahead failed: {e}"))
             .ok();
         *job.state.lock().expect("fetch") = FetchState::Done(got);

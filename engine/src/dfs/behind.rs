@@ -143,8 +143,9 @@ impl Namespace {
         }
         let writes = self.writes.clone();
         super::pool::submit(Box::new(move || {
-            let moved = super::chunks::write_pieces(&pieces, data.as_slice());
-            let failure = moved.err().map(|e| e.to_string());
+            let moved =
+                super::pool::catching(|| super::chunks::write_pieces(&pieces, data.as_slice()));
+            let failure = moved.err();
             if let Some(why) = &failure {
                 tracing::error!(oid, offset, "a queued write failed: {why}");
             }

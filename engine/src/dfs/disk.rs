@@ -277,20 +277,33 @@ mod sim {
     }
 
     /// What a test does to the writes of data files (not of the metadata store, `*.redb`):
-    /// hold them (to see who waits for a write still queued) or fail them.
+    /// hold them (to see who waits for a write still queued), fail them, or panic in them.
     #[derive(Debug, Default)]
     struct WriteSwitch {
-        /// (held, failing)
-        state: Mutex<(bool, bool)>,
+        state: Mutex<SwitchState>,
         released: std::sync::Condvar,
     }
 
+    #[derive(Debug, Default)]
+    struct SwitchState {
+        held: bool,
+        failing: bool,
+        panicking: bool,
+    }
+
     impl WriteSwitch {
-        /// Waits while writes are held; EIO while they fail.
+        /// Waits while writes are held; EIO while they fail; panics while they panic.
         fn pass(&self) -> io::Result<()> {
             let st = self.state.lock().expect("write switch");
-            let st = self.released.wait_while(st, |s| s.0).expect("write switch");
-            match st.1 {
+            let st = self
+                .released
+                .wait_while(st, |s| s.held)
+                .expect("write switch");
+            if st.panicking {
+                drop(st);
+                panic!("simulated panic in a data-file write");
+            }
+            match st.failing {
                 true => Err(io::Error::from_raw_os_error(libc::EIO)),
                 false => Ok(()),
             }
@@ -349,13 +362,18 @@ mod sim {
     impl SimDisk {
         /// Holds every file write until released (`false`).
         pub fn hold_writes(&self, held: bool) {
-            self.switch.state.lock().expect("write switch").0 = held;
+            self.switch.state.lock().expect("write switch").held = held;
             self.switch.released.notify_all();
         }
 
         /// Fails every file write with EIO until turned off.
         pub fn fail_writes(&self, failing: bool) {
-            self.switch.state.lock().expect("write switch").1 = failing;
+            self.switch.state.lock().expect("write switch").failing = failing;
+        }
+
+        /// Panics in every file write until turned off (a bug in the write path).
+        pub fn panic_in_writes(&self, panicking: bool) {
+            self.switch.state.lock().expect("write switch").panicking = panicking;
         }
 
         /// The disk after a power loss: unsynced bytes are gone.

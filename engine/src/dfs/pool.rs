@@ -2,6 +2,7 @@
 //! (queued writes, `behind.rs`) or not made yet (read-ahead, `ahead.rs`). Shared by every
 //! namespace: their number is how many such transfers the disk sees at once.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -35,6 +36,23 @@ fn run(jobs: &Mutex<Receiver<Job>>) {
         match job {
             Ok(job) => job(),
             Err(_) => return,
+        }
+    }
+}
+
+/// Runs `transfer`, turning a panic into an error. A job must always report its end (queued
+/// writes land, read-ahead becomes ready), or whoever waits for it would wait forever; a
+/// panic also leaves the I/O thread running for the next job.
+pub(super) fn catching<T>(transfer: impl FnOnce() -> std::io::Result<T>) -> Result<T, String> {
+    match catch_unwind(AssertUnwindSafe(transfer)) {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(format!("the I/O thread panicked: {why}"))
         }
     }
 }

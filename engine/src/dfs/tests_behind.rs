@@ -141,3 +141,30 @@ fn a_queued_write_that_fails_fails_the_next_fsync() {
     disk.fail_writes(false);
     ns.fsync(f).unwrap();
 }
+
+#[test]
+fn a_queued_write_that_panics_fails_fsync_and_leaves_the_io_threads_working() {
+    let disk = SimDisk::default();
+    let ns = open(&disk);
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap().oid;
+    disk.panic_in_writes(true);
+    // More writes than there are I/O threads: a panic must not take its thread down.
+    for i in 0..8 {
+        ns.write_behind(f, i * CHUNK, bytes(CHUNK as usize, 3))
+            .unwrap();
+    }
+    // A write that never lands would leave fsync waiting forever: fail instead of hanging.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = ns.clone();
+    thread::spawn(move || tx.send(waiter.fsync(f)));
+    let e = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("fsync returns: every queued write lands, panicked or not")
+        .unwrap_err();
+    assert_eq!(e.errno, Errno::Io, "{e:?}");
+    assert!(e.to_string().contains("panicked"), "{e}");
+    disk.panic_in_writes(false);
+    ns.write_behind(f, 0, bytes(CHUNK as usize, 9)).unwrap();
+    ns.fsync(f).unwrap();
+    assert_eq!(read(&ns, f, CHUNK as usize), vec![9; CHUNK as usize]);
+}
