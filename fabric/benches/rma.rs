@@ -50,14 +50,17 @@ struct Bench {
 }
 
 impl Bench {
-    fn new() -> Bench {
+    /// A peer whose responders poll for `responder_poll_us` before they sleep.
+    fn new(responder_poll_us: u64) -> Bench {
         let dir = tempfile::Builder::new()
             .prefix("dpufs-fabric-bench")
             .tempdir_in("/dev/shm")
             .or_else(|_| tempfile::tempdir())
             .expect("device dir");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-peer"));
-        cmd.arg(dir.path());
+        cmd.arg(dir.path())
+            .arg("--responder-poll-us")
+            .arg(responder_poll_us.to_string());
         let peer = Peer::spawn(cmd).expect("spawn peer");
         let dev = SoftDevice::open(&DeviceOptions::new("node1").in_dir(dir.path())).expect("open");
         let env = Env::new(dev, "node1", peer, "node2").expect("engine in the peer");
@@ -236,82 +239,110 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
-/// Paired rounds, then the table.
-fn table(b: &mut Bench) -> String {
-    let pairs = [
-        (
-            "1 MiB RDMA WRITE vs TCP stream",
-            Workload::RdmaWrite1M,
-            Workload::TcpSend1M,
-            0.8,
-        ),
-        (
-            "1 MiB RDMA READ vs TCP stream (other way)",
-            Workload::RdmaRead1M,
-            Workload::TcpRecv1M,
-            0.8,
-        ),
-        (
-            "4 KiB RDMA READ round trip vs TCP 24 B → 4 KiB",
-            Workload::RdmaRead4K,
-            Workload::TcpReadRr4K,
-            0.7,
-        ),
-        (
-            "4 KiB RDMA WRITE round trip vs TCP 4 KiB → 24 B",
-            Workload::RdmaWrite4K,
-            Workload::TcpWriteRr4K,
-            0.7,
-        ),
-    ];
+/// One row of the table: an RDMA workload against its TCP yardstick.
+struct Row {
+    what: &'static str,
+    rdma: Workload,
+    tcp: Workload,
+    target: f64,
+}
+
+const ROWS: [Row; 4] = [
+    Row {
+        what: "1 MiB RDMA WRITE vs TCP stream",
+        rdma: Workload::RdmaWrite1M,
+        tcp: Workload::TcpSend1M,
+        target: 0.8,
+    },
+    Row {
+        what: "1 MiB RDMA READ vs TCP stream (other way)",
+        rdma: Workload::RdmaRead1M,
+        tcp: Workload::TcpRecv1M,
+        target: 0.8,
+    },
+    Row {
+        what: "4 KiB RDMA READ round trip vs TCP 24 B → 4 KiB",
+        rdma: Workload::RdmaRead4K,
+        tcp: Workload::TcpReadRr4K,
+        target: 0.7,
+    },
+    Row {
+        what: "4 KiB RDMA WRITE round trip vs TCP 4 KiB → 24 B",
+        rdma: Workload::RdmaWrite4K,
+        tcp: Workload::TcpWriteRr4K,
+        target: 0.7,
+    },
+];
+
+/// Paired rounds of one row, as a table line; `mode` names the responder mode.
+fn table_row(b: &mut Bench, row: &Row, mode: &str) -> String {
+    let Row {
+        what,
+        rdma,
+        tcp,
+        target,
+    } = *row;
     let gib = (1u64 << 30) as f64;
-    let mut out = String::from(
-        "| workload | software RDMA | plain TCP | ratio (median of rounds) | CPU s/GiB RDMA | CPU s/GiB TCP | target |\n\
-         |---|---|---|---|---|---|---|\n",
-    );
-    for (what, rdma, tcp, target) in pairs {
-        let rounds: Vec<(Sample, Sample)> = (0..ROUNDS)
-            .map(|_| {
-                (
-                    b.sample(rdma, rdma.batch(), ROUND_TIME),
-                    b.sample(tcp, tcp.batch(), ROUND_TIME),
-                )
-            })
-            .collect();
-        let bytes = rdma.bytes() as f64;
-        let ratio = median(
-            rounds
-                .iter()
-                .map(|(r, t)| t.secs_per_op / r.secs_per_op)
-                .collect(),
-        );
-        let per_op = |pick: fn(&(Sample, Sample)) -> Sample| {
-            let s: Vec<Sample> = rounds.iter().map(pick).collect();
+    let rounds: Vec<(Sample, Sample)> = (0..ROUNDS)
+        .map(|_| {
             (
-                median(s.iter().map(|x| x.secs_per_op).collect()),
-                median(s.iter().map(|x| x.cpu_secs_per_op * gib / bytes).collect()),
+                b.sample(rdma, rdma.batch(), ROUND_TIME),
+                b.sample(tcp, tcp.batch(), ROUND_TIME),
             )
-        };
-        let ((r_op, r_cpu), (t_op, t_cpu)) = (per_op(|p| p.0), per_op(|p| p.1));
-        let shown = |secs: f64| {
-            let mib_s = bytes / secs / MIB as f64;
-            if rdma.bytes() == MIB {
-                format!("{mib_s:.0} MiB/s")
-            } else {
-                format!("{:.1} µs ({mib_s:.0} MiB/s)", secs * 1e6)
-            }
-        };
-        out += &format!(
-            "| {what} | {} | {} | {ratio:.2} | {r_cpu:.2} | {t_cpu:.2} | ≥ {target} |\n",
-            shown(r_op),
-            shown(t_op),
-        );
+        })
+        .collect();
+    let bytes = rdma.bytes() as f64;
+    let ratio = median(
+        rounds
+            .iter()
+            .map(|(r, t)| t.secs_per_op / r.secs_per_op)
+            .collect(),
+    );
+    let per_op = |pick: fn(&(Sample, Sample)) -> Sample| {
+        let s: Vec<Sample> = rounds.iter().map(pick).collect();
+        (
+            median(s.iter().map(|x| x.secs_per_op).collect()),
+            median(s.iter().map(|x| x.cpu_secs_per_op * gib / bytes).collect()),
+        )
+    };
+    let ((r_op, r_cpu), (t_op, t_cpu)) = (per_op(|p| p.0), per_op(|p| p.1));
+    let shown = |secs: f64| {
+        let mib_s = bytes / secs / MIB as f64;
+        if rdma.bytes() == MIB {
+            format!("{mib_s:.0} MiB/s")
+        } else {
+            format!("{:.1} µs ({mib_s:.0} MiB/s)", secs * 1e6)
+        }
+    };
+    format!(
+        "| {what} | {mode} | {} | {} | {ratio:.2} | {r_cpu:.2} | {t_cpu:.2} | ≥ {target} |\n",
+        shown(r_op),
+        shown(t_op),
+    )
+}
+
+/// Paired rounds, then the table: every row with sleeping responders (the default), and the
+/// 4 KiB round trips again with responders that poll for [`POLL_US`].
+fn table(sleeping: &mut Bench, polling: &mut Bench) -> String {
+    let mut out = String::from(
+        "| workload | responder | software RDMA | plain TCP | ratio (median of rounds) | CPU s/GiB RDMA | CPU s/GiB TCP | target |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for row in &ROWS {
+        out += &table_row(sleeping, row, "sleeps");
+    }
+    let polls = format!("polls {POLL_US} µs");
+    for row in ROWS.iter().filter(|r| r.rdma.bytes() == SMALL) {
+        out += &table_row(polling, row, &polls);
     }
     out
 }
 
+/// Responder polling of the second peer, in µs.
+const POLL_US: u64 = 50;
+
 fn main() {
-    let mut b = Bench::new();
+    let mut b = Bench::new(0);
     let mut c = Criterion::default().configure_from_args();
     criterion_benches(&mut c, &mut b);
     c.final_summary();
@@ -320,5 +351,6 @@ fn main() {
         ROUND_TIME.as_millis(),
         ROUND_TIME.as_millis()
     );
-    println!("{}", table(&mut b));
+    let mut polling = Bench::new(POLL_US);
+    println!("{}", table(&mut b, &mut polling));
 }

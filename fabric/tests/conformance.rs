@@ -8,6 +8,7 @@
 mod common;
 
 use std::process::Command;
+use std::time::Duration;
 
 use common::case_tests;
 use dpufs_fabric::NicChecks;
@@ -16,22 +17,27 @@ use dpufs_fabric::soft::{DISABLE_CHECKS_ENV, DeviceOptions, SoftDevice};
 
 /// Node 1 opened here and a peer process, both with `disabled` checks switched off.
 fn env(disabled: NicChecks) -> (tempfile::TempDir, Env<SoftDevice>) {
-    env_with_engine_on(disabled, "node2")
+    env_with_engine_on(disabled, "node2", Duration::ZERO)
 }
 
-/// As [`env`], with the peer's engine context on device `engine_device`.
+/// As [`env`], with the peer's engine context on device `engine_device`, and every
+/// responder polling for `responder_poll` before it sleeps.
 fn env_with_engine_on(
     disabled: NicChecks,
     engine_device: &str,
+    responder_poll: Duration,
 ) -> (tempfile::TempDir, Env<SoftDevice>) {
     let dir = common::device_dir("dpufs-fabric-test");
     let opts = DeviceOptions {
         disabled_checks: disabled,
+        responder_poll,
         ..DeviceOptions::new("node1").in_dir(dir.path())
     };
     let dev = SoftDevice::open(&opts).expect("open node1");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-peer"));
-    cmd.arg(dir.path());
+    cmd.arg(dir.path())
+        .arg("--responder-poll-us")
+        .arg(responder_poll.as_micros().to_string());
     if disabled.is_empty() {
         cmd.env_remove(DISABLE_CHECKS_ENV);
     } else {
@@ -66,7 +72,7 @@ fn switched_off_with_engine_on(check: NicChecks, engine_device: &str) {
         .find(|(c, _)| *c == check)
         .map(|(_, w)| *w)
         .expect("every check has a witness");
-    let (_dir, env) = env_with_engine_on(check, engine_device);
+    let (_dir, env) = env_with_engine_on(check, engine_device, Duration::ZERO);
     let failed: Vec<&str> = conformance::run_suite(&env, |_| true)
         .into_iter()
         .filter(|(_, r)| r.is_err())
@@ -121,7 +127,7 @@ fn every_check_has_a_switch_test() {
 
 #[test]
 fn the_suite_passes_between_contexts_of_one_device() {
-    let (_dir, env) = env_with_engine_on(NicChecks::NONE, "node1");
+    let (_dir, env) = env_with_engine_on(NicChecks::NONE, "node1", Duration::ZERO);
     let failed: Vec<String> = conformance::run_suite(&env, |_| true)
         .into_iter()
         .filter_map(|(name, r)| r.err().map(|f| format!("{name}: {f}")))
@@ -133,5 +139,20 @@ fn the_suite_passes_between_contexts_of_one_device() {
 fn every_check_is_needed_between_contexts_of_one_device() {
     for (check, _) in NicChecks::each() {
         switched_off_with_engine_on(check, "node1");
+    }
+}
+
+/// Responders that poll before they sleep take the same decisions: the whole suite passes with
+/// every responder of both processes polling, over TCP and on the same device.
+#[test]
+fn the_suite_passes_with_polling_responders() {
+    for engine_device in ["node2", "node1"] {
+        let (_dir, env) =
+            env_with_engine_on(NicChecks::NONE, engine_device, Duration::from_micros(50));
+        let failed: Vec<_> = conformance::run_suite(&env, |_| true)
+            .into_iter()
+            .filter(|(_, r)| r.is_err())
+            .collect();
+        assert!(failed.is_empty(), "engine on {engine_device}: {failed:?}");
     }
 }

@@ -32,6 +32,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::Duration;
 
 pub use cq::SoftCq;
 pub use mr::{SoftMr, SoftMw};
@@ -72,6 +73,14 @@ pub struct DeviceOptions {
     pub disabled_checks: NicChecks,
     /// Address QPs of this context accept connections on (TCP; port 0 picks one).
     pub listen: SocketAddr,
+    /// How long this context's responders keep looking for the next request before they
+    /// sleep (zero, the default: sleep at once). A NIC never sleeps; a software responder that
+    /// sleeps must be woken for the next request, which on a VM costs about half a 4 KiB round
+    /// trip. Polling buys that back with up to this much CPU after every request, so it pays
+    /// where the responder has cores to itself (a DPU's) and costs where the application
+    /// needs them: on a 2-core machine it halves the data path's 4 KiB random reads
+    /// (docs/benchmarks.md §Fabric).
+    pub responder_poll: Duration,
 }
 
 impl DeviceOptions {
@@ -86,6 +95,7 @@ impl DeviceOptions {
             key_gen: KeyGen::default(),
             disabled_checks: NicChecks::NONE,
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            responder_poll: Duration::ZERO,
         }
     }
 
@@ -130,6 +140,8 @@ pub(crate) struct Context {
     pub qps: Arc<cm::QpRegistry>,
     events: Mutex<VecDeque<AsyncEvent>>,
     pub listen_addr: SocketAddr,
+    /// See [`DeviceOptions::responder_poll`].
+    pub responder_poll: Duration,
     /// Where same-device peers find this device's contexts (see [`cm::local_socket`]).
     pub qp_dir: PathBuf,
     /// TCP, and the same-device socket unless it could not be bound.
@@ -208,6 +220,7 @@ impl SoftDevice {
             qps: qps.clone(),
             events: Mutex::new(VecDeque::new()),
             listen_addr,
+            responder_poll: opts.responder_poll,
             qp_dir,
             listeners,
         });

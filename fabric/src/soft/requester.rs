@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use super::channel::Channel;
 use super::qp::{Cause, QpShared};
-use super::wire::{Frame, NakCode, Op, discard, read_frame, recv_into};
+use super::wire::{Frame, NakCode, Op, Queued, discard, recv_into, try_read_frame};
 use crate::verbs::{QpState, WcStatus};
 
 /// Longest nap of the completion thread while a waiter drives the QP.
@@ -40,7 +40,7 @@ pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel) {
             }
             continue;
         }
-        if !readable(fd, -1) {
+        if !wait_readable(fd) {
             break;
         }
         let reader = match qp.reader.try_lock() {
@@ -66,18 +66,18 @@ pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel) {
 /// True once the channel ended (EOF, error, or a protocol violation).
 pub(crate) fn drain_ready(qp: &QpShared, stream: &Channel) -> bool {
     let fd = stream.as_raw_fd();
-    while readable(fd, 0) {
-        match read_frame(fd) {
-            Ok(Some(frame)) => {
+    loop {
+        match try_read_frame(fd) {
+            Ok(Queued::Frame(frame)) => {
                 if !handle(qp, fd, stream.is_local(), &frame) {
                     tracing::warn!(qp = qp.num, ?frame, "protocol error on the request channel");
                     return true;
                 }
             }
-            Ok(None) | Err(_) => return true,
+            Ok(Queued::Nothing) => return false,
+            Ok(Queued::Ended) | Err(_) => return true,
         }
     }
-    false
 }
 
 /// Applies one response; false on a protocol error. `local`: READ responses carry no payload.
@@ -129,8 +129,8 @@ fn handle(qp: &QpShared, fd: RawFd, local: bool, frame: &Frame) -> bool {
     }
 }
 
-/// Whether `fd` has something to read (data, EOF or an error) within `timeout_ms` (-1: wait).
-fn readable(fd: RawFd, timeout_ms: i32) -> bool {
+/// Waits until `fd` has something to read (data, EOF or an error).
+fn wait_readable(fd: RawFd) -> bool {
     let mut pfd = libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -138,7 +138,7 @@ fn readable(fd: RawFd, timeout_ms: i32) -> bool {
     };
     loop {
         // SAFETY: poll on one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        let n = unsafe { libc::poll(&mut pfd, 1, -1) };
         if n >= 0 {
             return n > 0;
         }

@@ -9,12 +9,15 @@
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::channel::{Channel, HandedOver};
 use super::memory::Memory;
 use super::qp::{Cause, Counters, QpShared};
 use super::table::Counter;
-use super::wire::{Frame, HEADER_LEN, NakCode, Op, read_frame, recv_into, send_frame, send_header};
+use super::wire::{
+    Frame, NakCode, Op, Queued, read_frame, recv_into, send_frame, send_header, try_read_frame,
+};
 use crate::checks::{Nak, Rejection, ResponderQp, RmaOp, check_rma};
 use crate::verbs::{Access, QpState, WcStatus};
 
@@ -78,21 +81,8 @@ pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel, me: ResponderQp, first_p
     let mut peer_memory = stream.is_local().then(HandedOver::default);
     let mut expected = first_psn;
     let mut unacked: Option<u32> = None;
-    loop {
-        // ACKs are cumulative: while the next request is already queued, one ACK after it
-        // covers this one too, saving a send and a wake-up of the requester per request.
-        if let Some(psn) = unacked
-            && !request_queued(fd)
-        {
-            if send_header(fd, &Frame::new(Op::Ack, psn)).is_err() {
-                break;
-            }
-            unacked = None;
-        }
-        let frame = match read_frame(fd) {
-            Ok(Some(frame)) => frame,
-            Ok(None) | Err(_) => break,
-        };
+    let poll = qp.ctx.responder_poll;
+    while let Ok(Some(frame)) = next_request(fd, &mut unacked, poll) {
         // A SEND may wait for a receive to be posted: acknowledge what came before it first,
         // so the requester's earlier completions never depend on the receiver's application.
         if let Some(psn) = unacked.take()
@@ -316,12 +306,39 @@ fn fail(qp: &QpShared, fd: RawFd, f: &Frame, fatal: &Fatal) {
     );
 }
 
-/// Whether a whole request header is already waiting in the socket.
-fn request_queued(fd: RawFd) -> bool {
-    let mut pending: libc::c_int = 0;
-    // SAFETY: FIONREAD stores the number of readable bytes into the int we pass.
-    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut pending) };
-    rc == 0 && pending as usize >= HEADER_LEN
+/// The next request, waiting for it; first ACKs what `unacked` holds unless a request is
+/// already queued behind it. `Ok(None)` at the end of the stream.
+///
+/// Before it sleeps in `recv`, the responder polls for up to `poll` (the context's
+/// [`DeviceOptions::responder_poll`](super::DeviceOptions)), yielding the core between looks so
+/// a thread it would keep from running gets it.
+fn next_request(
+    fd: RawFd,
+    unacked: &mut Option<u32>,
+    poll: Duration,
+) -> std::io::Result<Option<Frame>> {
+    if let Some(psn) = *unacked {
+        // ACKs are cumulative: while the next request is already queued, one ACK after it
+        // covers this one too, saving a send and a wake-up of the requester per request.
+        let queued = try_read_frame(fd)?;
+        if let Queued::Frame(frame) = queued {
+            return Ok(Some(frame));
+        }
+        send_header(fd, &Frame::new(Op::Ack, psn))?;
+        *unacked = None;
+        if let Queued::Ended = queued {
+            return Ok(None);
+        }
+    }
+    let start = Instant::now();
+    while start.elapsed() < poll {
+        match try_read_frame(fd)? {
+            Queued::Frame(frame) => return Ok(Some(frame)),
+            Queued::Nothing => std::thread::yield_now(),
+            Queued::Ended => return Ok(None),
+        }
+    }
+    read_frame(fd)
 }
 
 /// Reads and drops everything until the peer closes, so it never blocks sending to a QP that

@@ -135,6 +135,38 @@ pub(crate) fn read_frame(fd: RawFd) -> io::Result<Option<Frame>> {
     }
 }
 
+/// What a look at a channel without waiting found.
+#[derive(Debug)]
+pub(crate) enum Queued {
+    Frame(Frame),
+    Nothing,
+    /// The peer closed the stream.
+    Ended,
+}
+
+/// Reads one frame header if one has arrived, without waiting for one. One `recv` where a
+/// readiness check and a read would take two.
+pub(crate) fn try_read_frame(fd: RawFd) -> io::Result<Queued> {
+    let mut b = [0u8; HEADER_LEN];
+    let got = loop {
+        // SAFETY: the stack buffer is valid for HEADER_LEN bytes.
+        let n = unsafe { libc::recv(fd, b.as_mut_ptr().cast(), HEADER_LEN, libc::MSG_DONTWAIT) };
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock {
+            return Ok(Queued::Nothing);
+        }
+        match received(n) {
+            Ok(Some(got)) => break got,
+            Ok(None) => continue,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(Queued::Ended),
+            Err(e) => return Err(e),
+        }
+    };
+    // The rest of a header that started to arrive is in flight: wait for it.
+    // SAFETY: got < HEADER_LEN, so the tail stays inside the buffer.
+    unsafe { recv_into(fd, b.as_mut_ptr().add(got), HEADER_LEN - got) }?;
+    Frame::decode(&b).map(Queued::Frame)
+}
+
 /// Receives exactly `len` bytes into `dst`.
 ///
 /// # Safety
