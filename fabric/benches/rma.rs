@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use dpufs_fabric::conformance::{Env, Link, Peer, PeerMr, baseline, cpu_time_us};
-use dpufs_fabric::soft::{DeviceOptions, SoftDevice, SoftMr};
+use dpufs_fabric::soft::{DeviceOptions, RESPONDER_POLL_ENV, SoftDevice, SoftMr};
 use dpufs_fabric::{
     Access, CompletionQueue, QueuePair, RdmaDevice, RemoteAddr, SendOp, SendWr, Sge, WcStatus,
 };
@@ -59,8 +59,7 @@ impl Bench {
             .expect("device dir");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-peer"));
         cmd.arg(dir.path())
-            .arg("--responder-poll-us")
-            .arg(responder_poll_us.to_string());
+            .env(RESPONDER_POLL_ENV, responder_poll_us.to_string());
         let peer = Peer::spawn(cmd).expect("spawn peer");
         let dev = SoftDevice::open(&DeviceOptions::new("node1").in_dir(dir.path())).expect("open");
         let env = Env::new(dev, "node1", peer, "node2").expect("engine in the peer");

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::case_tests;
 use dpufs_fabric::NicChecks;
 use dpufs_fabric::conformance::{self, CHECK_WITNESSES, Env, Peer};
-use dpufs_fabric::soft::{DISABLE_CHECKS_ENV, DeviceOptions, SoftDevice};
+use dpufs_fabric::soft::{DISABLE_CHECKS_ENV, DeviceOptions, RESPONDER_POLL_ENV, SoftDevice};
 
 /// Node 1 opened here and a peer process, both with `disabled` checks switched off.
 fn env(disabled: NicChecks) -> (tempfile::TempDir, Env<SoftDevice>) {
@@ -36,8 +36,7 @@ fn env_with_engine_on(
     let dev = SoftDevice::open(&opts).expect("open node1");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-peer"));
     cmd.arg(dir.path())
-        .arg("--responder-poll-us")
-        .arg(responder_poll.as_micros().to_string());
+        .env(RESPONDER_POLL_ENV, responder_poll.as_micros().to_string());
     if disabled.is_empty() {
         cmd.env_remove(DISABLE_CHECKS_ENV);
     } else {

@@ -54,6 +54,10 @@ pub const DISABLE_CHECKS_ENV: &str = "DPUFS_FABRIC_DISABLE_CHECKS";
 /// Environment variable overriding the default device directory.
 pub const DEVICE_DIR_ENV: &str = "DPUFS_FABRIC_DIR";
 
+/// Environment variable setting [`DeviceOptions::responder_poll`] in microseconds (for nodes
+/// whose fabric processes have cores to themselves, such as a DPU's).
+pub const RESPONDER_POLL_ENV: &str = "DPUFS_FABRIC_RESPONDER_POLL_US";
+
 /// Default device directory: shared memory, so the table and registered buffers never touch disk.
 pub const DEFAULT_DEVICE_DIR: &str = "/dev/shm/dpufs-fabric";
 
@@ -74,7 +78,7 @@ pub struct DeviceOptions {
     /// Address QPs of this context accept connections on (TCP; port 0 picks one).
     pub listen: SocketAddr,
     /// How long this context's responders keep looking for the next request before they
-    /// sleep (zero, the default: sleep at once). A NIC never sleeps; a software responder that
+    /// sleep (`$DPUFS_FABRIC_RESPONDER_POLL_US`; zero, the default: sleep at once). A NIC never sleeps; a software responder that
     /// sleeps must be woken for the next request, which on a VM costs about half a 4 KiB round
     /// trip. Polling buys that back with up to this much CPU after every request, so it pays
     /// where the responder has cores to itself (a DPU's) and costs where the application
@@ -95,7 +99,7 @@ impl DeviceOptions {
             key_gen: KeyGen::default(),
             disabled_checks: NicChecks::NONE,
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-            responder_poll: Duration::ZERO,
+            responder_poll: responder_poll_from_env(),
         }
     }
 
@@ -103,6 +107,21 @@ impl DeviceOptions {
     pub fn in_dir(mut self, dir: impl Into<PathBuf>) -> DeviceOptions {
         self.dir = dir.into();
         self
+    }
+}
+
+/// `$DPUFS_FABRIC_RESPONDER_POLL_US`, or zero. A value that is not a number of microseconds
+/// is reported and ignored rather than guessed at.
+fn responder_poll_from_env() -> Duration {
+    let Ok(v) = std::env::var(RESPONDER_POLL_ENV) else {
+        return Duration::ZERO;
+    };
+    match v.trim().parse() {
+        Ok(us) => Duration::from_micros(us),
+        Err(_) => {
+            tracing::warn!("{RESPONDER_POLL_ENV}={v:?} is not a number of microseconds; ignored");
+            Duration::ZERO
+        }
     }
 }
 
