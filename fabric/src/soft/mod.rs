@@ -78,9 +78,9 @@ pub struct DeviceOptions {
     /// Address QPs of this context accept connections on (TCP; port 0 picks one).
     pub listen: SocketAddr,
     /// How long this context's responders keep looking for the next request before they
-    /// sleep (`$DPUFS_FABRIC_RESPONDER_POLL_US`; zero, the default: sleep at once). A NIC never sleeps; a software responder that
-    /// sleeps must be woken for the next request, which on a VM costs about half a 4 KiB round
-    /// trip. Polling buys that back with up to this much CPU after every request, so it pays
+    /// sleep (`$DPUFS_FABRIC_RESPONDER_POLL_US`; zero, the default: sleep at once). A NIC
+    /// never sleeps; a software responder that sleeps must be woken for the next request,
+    /// which on a VM costs about half a 4 KiB round trip. Polling buys that back with up to this much CPU after every request, so it pays
     /// where the responder has cores to itself (a DPU's) and costs where the application
     /// needs them: on a 2-core machine it halves the data path's 4 KiB random reads
     /// (docs/benchmarks.md §Fabric).

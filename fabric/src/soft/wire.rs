@@ -151,12 +151,10 @@ pub(crate) fn try_read_frame(fd: RawFd) -> io::Result<Queued> {
     let got = loop {
         // SAFETY: the stack buffer is valid for HEADER_LEN bytes.
         let n = unsafe { libc::recv(fd, b.as_mut_ptr().cast(), HEADER_LEN, libc::MSG_DONTWAIT) };
-        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock {
-            return Ok(Queued::Nothing);
-        }
         match received(n) {
             Ok(Some(got)) => break got,
             Ok(None) => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Queued::Nothing),
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(Queued::Ended),
             Err(e) => return Err(e),
         }
