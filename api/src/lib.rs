@@ -8,6 +8,7 @@
 
 mod common;
 mod container;
+mod formats;
 mod pool;
 mod quantity;
 mod system;
@@ -29,12 +30,22 @@ use kube::CustomResourceExt;
 
 /// The CustomResourceDefinitions of all dpufs kinds.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
+    [
         DaosSystem::crd(),
         DaosPool::crd(),
         DaosContainer::crd(),
         DaosTenant::crd(),
     ]
+    .into_iter()
+    .map(with_kubernetes_formats)
+    .collect()
+}
+
+/// The CRD with integer formats the API server knows (see [`formats`]).
+fn with_kubernetes_formats(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let mut value = serde_json::to_value(crd).expect("a CRD serializes to JSON");
+    formats::rewrite(&mut value);
+    serde_json::from_value(value).expect("rewriting formats keeps a valid CRD")
 }
 
 /// The CRD manifests as they are kept in `manifests/crds/`: one

@@ -298,6 +298,10 @@ pub(crate) fn object_class(schema: &mut Schema) {
 }
 
 /// A list of two tier percentages [metadata, data] that add up to 100.
+///
+/// The message is built from constant strings only: the API server estimates
+/// the cost of `string(int)` as that of the longest string a request may hold,
+/// and refuses a CRD whose message expressions could cost that much.
 pub(crate) fn tier_ratio(schema: &mut Schema) {
     set(schema, "minItems", json!(2));
     set(schema, "maxItems", json!(2));
@@ -305,7 +309,7 @@ pub(crate) fn tier_ratio(schema: &mut Schema) {
         schema,
         rule(
             "self.size() != 2 || self[0] + self[1] == 100",
-            "'tierRatio [' + string(self[0]) + ', ' + string(self[1]) + '] adds up to ' + string(self[0] + self[1]) + '; the metadata and data percentages must add up to 100, for example [6, 94]'",
+            "(self[0] + self[1] > 100 ? 'tierRatio adds up to more than 100' : 'tierRatio adds up to less than 100') + '; the metadata and data percentages must add up to 100, for example [6, 94]'",
         ),
     );
 }
@@ -316,13 +320,13 @@ pub(crate) fn tier_bytes(schema: &mut Schema) {
     set(schema, "maxItems", json!(2));
 }
 
-/// Pool service replicas: an odd number from 1 to 9.
+/// Pool service replicas: an odd number from 1 to 9 (a plain message: see
+/// [`tier_ratio`] for why it does not quote the value).
 pub(crate) fn service_replicas(schema: &mut Schema) {
     push(
         schema,
-        rule(
-            "self % 2 == 1",
-            "'serviceReplicas is ' + string(self) + '; use an odd number (1, 3, 5, 7 or 9) so the replicas can always form a majority'",
+        Rule::new("self % 2 == 1").message(
+            "serviceReplicas is even; use an odd number (1, 3, 5, 7 or 9) so the replicas can always form a majority",
         ),
     );
 }

@@ -1,107 +1,69 @@
-//! The DaosPool controller (real kube-runtime Controller) against the
-//! in-crate fake API server and a real `dpufs-engine` process.
+//! The DaosPool and DaosContainer controllers (real kube-runtime
+//! Controllers) against a real `dpufs-engine` process, each scenario twice:
+//! on the in-crate fake API server and on a real kube-apiserver (see
+//! `support`).
+
+mod support;
 
 use dpufs_api::{DaosContainer, DaosPool, DaosSystem, POOL_FINALIZER, condition};
 use dpufs_daos::{ContainerAdmin, ContainerSpec, DaosError, EngineContainers, EngineRanks};
-use dpufs_e2e::{EngineOpts, EngineProcess};
-use dpufs_operator::testing::FakeApiServer;
-use dpufs_operator::{Backoff, Context, conditions, container, pool};
+use dpufs_operator::{Context, conditions, container, pool};
 use dpufs_proto::daos::props::PropValue;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const WAIT: Duration = Duration::from_secs(30);
+use support::{Backend, Cluster, DaosBed, WAIT, context, wait_for};
 
 struct Harness {
-    fake: FakeApiServer,
-    engine: EngineProcess,
+    cluster: Cluster,
+    client: kube::Client,
+    bed: DaosBed,
     pools: Api<DaosPool>,
     operator: Option<tokio::task::JoinHandle<()>>,
-    _dir: tempfile::TempDir,
 }
 
-fn context(fake: &FakeApiServer, tls: &std::path::Path) -> Arc<Context> {
-    let mut ctx = Context::new(fake.client(), tls.to_path_buf());
-    ctx.systems = dpufs_operator::systems::SystemClients::new(fake.client(), tls.to_path_buf())
-        .with_request_timeout(Duration::from_secs(2));
-    ctx.resync = Duration::from_millis(500);
-    ctx.blocked_retry = Duration::from_millis(300);
-    ctx.backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(1));
-    Arc::new(ctx)
+/// The running test's name (libtest names the thread after it).
+fn test_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("operator test")
+        .to_string()
 }
 
 impl Harness {
-    async fn new(ranks: u32) -> Harness {
-        Self::with_tls(ranks, false).await
+    async fn new(backend: Backend, ranks: u32) -> Option<Harness> {
+        Self::with_tls(backend, ranks, false).await
     }
 
-    async fn with_tls(ranks: u32, tls: bool) -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let certs = dir.path().join("certs");
-        if tls {
-            dpufs_daos::certs::generate(&certs).unwrap();
-        }
-        let engine = EngineProcess::start(
-            &dir.path().join("engine"),
-            EngineOpts {
-                ranks,
-                tls_dir: tls.then(|| certs.clone()),
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let fake = FakeApiServer::new();
-        let systems: Api<DaosSystem> = Api::all(fake.client());
-        let security = if tls {
-            let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-                Api::namespaced(fake.client(), "dpufs-system");
-            let data: serde_json::Map<String, serde_json::Value> =
-                ["daosCA.crt", "admin.crt", "admin.key"]
-                    .iter()
-                    .map(|f| {
-                        let bytes = std::fs::read(certs.join(f)).unwrap();
-                        let b64 = k8s_openapi::ByteString(bytes);
-                        (f.to_string(), serde_json::to_value(b64).unwrap())
-                    })
-                    .collect();
-            let secret = serde_json::from_value(json!({
-                "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": "daos-admin-cert", "namespace": "dpufs-system"},
-                "data": data
-            }))
-            .unwrap();
-            secrets
-                .create(&PostParams::default(), &secret)
-                .await
-                .unwrap();
-            json!({"tls": {"secretRef": {"name": "daos-admin-cert", "namespace": "dpufs-system"}}})
-        } else {
-            json!({"insecure": true})
-        };
-        let mut spec = json!({"endpoints": [engine.addr], "version": "2.8.0"});
-        dpufs_operator::testing::merge(&mut spec, &security);
-        let sys: DaosSystem = serde_json::from_value(json!({
-            "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosSystem",
-            "metadata": {"name": "daos"},
-            "spec": spec
-        }))
-        .unwrap();
-        systems.create(&PostParams::default(), &sys).await.unwrap();
-        let pools = Api::all(fake.client());
-        Harness {
-            fake,
-            engine,
-            pools,
+    async fn with_tls(backend: Backend, ranks: u32, tls: bool) -> Option<Harness> {
+        Self::start(backend, ranks, tls, false).await
+    }
+
+    /// With kube-controller-manager behind a real API server.
+    async fn with_controllers(backend: Backend) -> Option<Harness> {
+        Self::start(backend, 1, false, true).await
+    }
+
+    async fn start(backend: Backend, ranks: u32, tls: bool, controllers: bool) -> Option<Harness> {
+        let (cluster, client) = Cluster::start_with(backend, &test_name(), controllers).await?;
+        let bed = DaosBed::start(&client, ranks, tls).await;
+        Some(Harness {
+            pools: Api::all(client.clone()),
+            cluster,
+            client,
+            bed,
             operator: None,
-            _dir: dir,
-        }
+        })
+    }
+
+    fn context(&self, id: &str) -> Arc<Context> {
+        context(&self.client, &self.bed.dir.path().join(id))
     }
 
     fn start_operator(&mut self) {
-        let ctx = context(&self.fake, &self._dir.path().join("tls"));
+        let ctx = self.context("tls");
         self.operator = Some(tokio::spawn(async move {
             tokio::join!(pool::run(ctx.clone()), container::run(ctx));
         }));
@@ -125,42 +87,36 @@ impl Harness {
     }
 
     async fn wait_pool(&self, name: &str, what: &str, f: impl Fn(&DaosPool) -> bool) -> DaosPool {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(p) = self.pools.get_opt(name).await.unwrap()
-                && f(&p)
-            {
-                return p;
-            }
-            assert!(
-                Instant::now() < deadline,
+        let found = tokio::time::timeout(
+            WAIT,
+            wait_for(what, async || {
+                self.pools.get_opt(name).await.unwrap().filter(&f)
+            }),
+        )
+        .await;
+        match found {
+            Ok(p) => p,
+            Err(_) => panic!(
                 "timed out waiting for {what}; pool is {:#?}",
                 self.pools.get_opt(name).await.unwrap()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            ),
         }
     }
 
     async fn wait_gone(&self, name: &str) {
-        let deadline = Instant::now() + WAIT;
-        while self.pools.get_opt(name).await.unwrap().is_some() {
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {name} to go"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_for(&format!("{name} to go"), async || {
+            self.pools
+                .get_opt(name)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await
     }
 
-    async fn wait_engine<T>(&self, what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(v) = f().await {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    async fn events(&self, reason: &str) -> usize {
+        support::events(&self.client, reason).await
     }
 }
 
@@ -183,16 +139,11 @@ fn uuid_of(p: &DaosPool) -> String {
     pool::pool_uuid(p.metadata.uid.as_deref().unwrap()).to_string()
 }
 
-fn events(fake: &FakeApiServer, reason: &str) -> usize {
-    fake.objects("events")
-        .iter()
-        .filter(|e| e["reason"] == reason)
-        .count()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn create_ready_idempotent_props_acl_and_blocked_delete() {
-    let mut h = Harness::new(1).await;
+on_both!(create_ready_idempotent_props_acl_and_blocked_delete);
+async fn create_ready_idempotent_props_acl_and_blocked_delete(backend: Backend) {
+    let Some(mut h) = Harness::new(backend, 1).await else {
+        return;
+    };
     h.start_operator();
     let created = h
         .create_pool(
@@ -214,22 +165,30 @@ async fn create_ready_idempotent_props_acl_and_blocked_delete() {
     assert_eq!(st.observed_generation, Some(1));
     assert!(is(&p, condition::DEGRADED, "False"));
     assert!(p.finalizers().iter().any(|f| f == POOL_FINALIZER));
-    let mgmt = h.engine.client();
+    let mgmt = h.bed.engine.client();
     assert_eq!(mgmt.list_pools().await.unwrap().len(), 1);
     let props = mgmt.pool_get_props(&uuid, &[3, 5]).await.unwrap();
     assert_eq!(props, vec![(3, PropValue::Num(7)), (5, PropValue::Num(0))]);
 
     // Idempotent: several resyncs change nothing, in DAOS or in Kubernetes.
-    let before = h.fake.requests();
+    let requests_before = h.cluster.fake().map(|f| f.requests().len());
+    let versions_before = support::versions::<DaosPool>(&h.client).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = h.fake.requests();
-    let writes: Vec<&String> = after[before.len()..]
-        .iter()
-        .filter(|r| !r.starts_with("GET"))
-        .collect();
-    assert!(writes.is_empty(), "quiet resyncs wrote {writes:?}");
-    assert_eq!(events(&h.fake, "Created"), 1);
-    assert_eq!(events(&h.fake, "PropertiesUpdated"), 0);
+    assert_eq!(
+        support::versions::<DaosPool>(&h.client).await,
+        versions_before,
+        "quiet resyncs wrote to the pool"
+    );
+    if let (Some(fake), Some(before)) = (h.cluster.fake(), requests_before) {
+        let writes: Vec<String> = fake.requests()[before..]
+            .iter()
+            .filter(|r| !r.starts_with("GET"))
+            .cloned()
+            .collect();
+        assert!(writes.is_empty(), "quiet resyncs wrote {writes:?}");
+    }
+    assert_eq!(h.events("Created").await, 1);
+    assert_eq!(h.events("PropertiesUpdated").await, 0);
     assert_eq!(mgmt.list_pools().await.unwrap().len(), 1);
 
     // Property change in the spec is applied; drift in DAOS is corrected.
@@ -238,7 +197,7 @@ async fn create_ready_idempotent_props_acl_and_blocked_delete() {
         .patch("tank", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    h.wait_engine("reclaim=lazy", async || {
+    wait_for("reclaim=lazy", async || {
         let p = mgmt.pool_get_props(&uuid, &[5]).await.unwrap();
         (p == vec![(5, PropValue::Num(1))]).then_some(())
     })
@@ -246,7 +205,7 @@ async fn create_ready_idempotent_props_acl_and_blocked_delete() {
     mgmt.pool_set_props(&uuid, vec![(3, PropValue::Num(9))])
         .await
         .unwrap();
-    h.wait_engine("space_rb drift corrected", async || {
+    wait_for("space_rb drift corrected", async || {
         let p = mgmt.pool_get_props(&uuid, &[3]).await.unwrap();
         (p == vec![(3, PropValue::Num(7))]).then_some(())
     })
@@ -262,14 +221,13 @@ async fn create_ready_idempotent_props_acl_and_blocked_delete() {
     mgmt.pool_update_acl(&uuid, vec!["A::tenant@:rw".into(), "A::alice@:r".into()])
         .await
         .unwrap();
-    let acl = h
-        .wait_engine("alice@ back to rw", async || {
-            let acl = mgmt.pool_get_acl(&uuid).await.unwrap();
-            acl.entries
-                .contains(&"A::alice@:rw".to_string())
-                .then_some(acl)
-        })
-        .await;
+    let acl = wait_for("alice@ back to rw", async || {
+        let acl = mgmt.pool_get_acl(&uuid).await.unwrap();
+        acl.entries
+            .contains(&"A::alice@:rw".to_string())
+            .then_some(acl)
+    })
+    .await;
     assert!(
         acl.entries.contains(&"A::tenant@:rw".to_string()),
         "{acl:?}"
@@ -280,12 +238,11 @@ async fn create_ready_idempotent_props_acl_and_blocked_delete() {
         .patch("tank", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    let acl = h
-        .wait_engine("alice@ removed", async || {
-            let acl = mgmt.pool_get_acl(&uuid).await.unwrap();
-            (!acl.entries.iter().any(|e| e.contains("alice@"))).then_some(acl)
-        })
-        .await;
+    let acl = wait_for("alice@ removed", async || {
+        let acl = mgmt.pool_get_acl(&uuid).await.unwrap();
+        (!acl.entries.iter().any(|e| e.contains("alice@"))).then_some(acl)
+    })
+    .await;
     assert!(
         acl.entries.contains(&"A::tenant@:rw".to_string()),
         "{acl:?}"
@@ -314,7 +271,7 @@ async fn create_ready_idempotent_props_acl_and_blocked_delete() {
     let (_, reason, msg) = cond(&p, condition::DELETION_BLOCKED).unwrap();
     assert_eq!(reason, "InUse");
     assert!(msg.contains(&cont.uuid), "{msg}");
-    assert_eq!(events(&h.fake, "DeletionBlocked"), 1);
+    assert_eq!(h.events("DeletionBlocked").await, 1);
     mgmt.pool_query(&uuid).await.expect("pool still there");
     conts.destroy(&uuid, &cont.uuid, false).await.unwrap();
     h.wait_gone("tank").await;
@@ -324,15 +281,17 @@ async fn create_ready_idempotent_props_acl_and_blocked_delete() {
     ));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn container_created_and_blocks_pool_deletion_until_deleted() {
-    let mut h = Harness::new(1).await;
+on_both!(container_created_and_blocks_pool_deletion_until_deleted);
+async fn container_created_and_blocks_pool_deletion_until_deleted(backend: Backend) {
+    let Some(mut h) = Harness::new(backend, 1).await else {
+        return;
+    };
     h.start_operator();
     let p = h
         .create_pool("shared", json!({"deletionPolicy": "Delete"}))
         .await;
     let pool_uuid = uuid_of(&p);
-    let conts: Api<DaosContainer> = Api::namespaced(h.fake.client(), "team");
+    let conts: Api<DaosContainer> = Api::namespaced(h.client.clone(), "team");
     let c: DaosContainer = serde_json::from_value(json!({
         "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosContainer",
         "metadata": {"name": "data", "namespace": "team"},
@@ -356,7 +315,7 @@ async fn container_created_and_blocks_pool_deletion_until_deleted() {
     assert_eq!(st.uuid.as_deref(), Some(cont_uuid.as_str()));
     assert_eq!(st.pool_uuid.as_deref(), Some(pool_uuid.as_str()));
     assert_eq!(st.label.as_deref(), Some("team-data"));
-    let mgmt = h.engine.client();
+    let mgmt = h.bed.engine.client();
     let admin = EngineContainers::new(&mgmt);
     let info = admin.query(&pool_uuid, &cont_uuid).await.unwrap();
     assert!(
@@ -391,9 +350,11 @@ async fn container_created_and_blocks_pool_deletion_until_deleted() {
     ));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_secret_from_the_daos_system() {
-    let mut h = Harness::with_tls(1, true).await;
+on_both!(tls_secret_from_the_daos_system);
+async fn tls_secret_from_the_daos_system(backend: Backend) {
+    let Some(mut h) = Harness::with_tls(backend, 1, true).await else {
+        return;
+    };
     h.start_operator();
     h.create_pool("secure", json!({})).await;
     let p = h
@@ -402,10 +363,12 @@ async fn tls_secret_from_the_daos_system() {
     assert_eq!(p.status.unwrap().state.as_deref(), Some("Ready"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bound_persistent_volume_blocks_pool_deletion() {
+on_both!(bound_persistent_volume_blocks_pool_deletion);
+async fn bound_persistent_volume_blocks_pool_deletion(backend: Backend) {
     use k8s_openapi::api::core::v1::PersistentVolume;
-    let mut h = Harness::new(1).await;
+    let Some(mut h) = Harness::with_controllers(backend).await else {
+        return;
+    };
     h.start_operator();
     let p = h
         .create_pool("bound", json!({"deletionPolicy": "Delete"}))
@@ -413,11 +376,12 @@ async fn bound_persistent_volume_blocks_pool_deletion() {
     let uuid = uuid_of(&p);
     h.wait_pool("bound", "Ready", |p| is(p, condition::READY, "True"))
         .await;
-    let pvs: Api<PersistentVolume> = Api::all(h.fake.client());
+    let pvs: Api<PersistentVolume> = Api::all(h.client.clone());
     let pv = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
         "metadata": {"name": "pv1"},
-        "spec": {"csi": {"driver": pool::CSI_DRIVER, "volumeHandle": "h",
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                 "csi": {"driver": pool::CSI_DRIVER, "volumeHandle": "h",
                          "volumeAttributes": {"poolUuid": uuid}}}
     }))
     .unwrap();
@@ -433,14 +397,18 @@ async fn bound_persistent_volume_blocks_pool_deletion() {
         .await;
     let msg = cond(&p, condition::DELETION_BLOCKED).unwrap().2;
     assert!(msg.contains("PersistentVolume pv1"), "{msg}");
+    // A real API server keeps the PV (Terminating) until kube-controller-manager's
+    // pv-protection controller drops its finalizer; the pool waits for that.
     pvs.delete("pv1", &DeleteParams::default()).await.unwrap();
     h.wait_gone("bound").await;
-    assert!(h.engine.client().list_pools().await.unwrap().is_empty());
+    assert!(h.bed.engine.client().list_pools().await.unwrap().is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retain_keeps_the_pool() {
-    let mut h = Harness::new(1).await;
+on_both!(retain_keeps_the_pool);
+async fn retain_keeps_the_pool(backend: Backend) {
+    let Some(mut h) = Harness::new(backend, 1).await else {
+        return;
+    };
     h.start_operator();
     let created = h.create_pool("keep", json!({})).await;
     let uuid = uuid_of(&created);
@@ -451,38 +419,42 @@ async fn retain_keeps_the_pool() {
         .await
         .unwrap();
     h.wait_gone("keep").await;
-    let info = h.engine.client().pool_query(&uuid).await.unwrap();
+    let info = h.bed.engine.client().pool_query(&uuid).await.unwrap();
     assert_eq!(info.label, "keep");
-    assert_eq!(events(&h.fake, "Retained"), 1);
+    assert_eq!(h.events("Retained").await, 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn engine_down_sets_ready_false_and_recovers() {
-    let mut h = Harness::new(1).await;
+on_both!(engine_down_sets_ready_false_and_recovers);
+async fn engine_down_sets_ready_false_and_recovers(backend: Backend) {
+    let Some(mut h) = Harness::new(backend, 1).await else {
+        return;
+    };
     h.start_operator();
     h.create_pool("flaky", json!({})).await;
     h.wait_pool("flaky", "Ready", |p| is(p, condition::READY, "True"))
         .await;
-    let opts = h.engine.opts.clone();
-    h.engine.kill();
+    let opts = h.bed.engine.opts.clone();
+    h.bed.engine.kill();
     let p = h
         .wait_pool("flaky", "Ready=False", |p| is(p, condition::READY, "False"))
         .await;
     let (_, reason, msg) = cond(&p, condition::READY).unwrap();
     assert_eq!(reason, "DaosUnavailable", "{msg}");
     assert!(
-        msg.contains(&h.engine.addr),
+        msg.contains(&h.bed.engine.addr),
         "the DAOS client's text: {msg}"
     );
-    h.engine.restart_with(opts).unwrap();
+    h.bed.engine.restart_with(opts).unwrap();
     h.wait_pool("flaky", "Ready again", |p| is(p, condition::READY, "True"))
         .await;
-    assert_eq!(h.engine.client().list_pools().await.unwrap().len(), 1);
+    assert_eq!(h.bed.engine.client().list_pools().await.unwrap().len(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_between_create_and_status_finds_the_same_pool() {
-    let mut h = Harness::new(1).await;
+on_both!(crash_between_create_and_status_finds_the_same_pool);
+async fn crash_between_create_and_status_finds_the_same_pool(backend: Backend) {
+    let Some(mut h) = Harness::new(backend, 1).await else {
+        return;
+    };
     // A first operator got as far as the finalizer and PoolCreate, then died.
     h.create_pool("crashy", json!({})).await;
     let patch = json!({"metadata": {"finalizers": [POOL_FINALIZER]}});
@@ -493,7 +465,7 @@ async fn crash_between_create_and_status_finds_the_same_pool() {
         .unwrap();
     let uuid = uuid_of(&created);
     let spec = pool::create_spec(&created, uuid.parse().unwrap()).unwrap();
-    h.engine.client().pool_create(&spec).await.unwrap();
+    h.bed.engine.client().pool_create(&spec).await.unwrap();
     assert!(created.status.is_none());
 
     h.start_operator();
@@ -501,39 +473,46 @@ async fn crash_between_create_and_status_finds_the_same_pool() {
         .wait_pool("crashy", "Ready", |p| is(p, condition::READY, "True"))
         .await;
     assert_eq!(p.status.unwrap().uuid.as_deref(), Some(uuid.as_str()));
-    let pools = h.engine.client().list_pools().await.unwrap();
+    let pools = h.bed.engine.client().list_pools().await.unwrap();
     assert_eq!(pools.len(), 1, "{pools:?}");
-    assert_eq!(events(&h.fake, "Created"), 0, "no second PoolCreate");
+    assert_eq!(h.events("Created").await, 0, "no second PoolCreate");
     // A restarted operator changes nothing either.
     h.stop_operator();
     h.start_operator();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(h.engine.client().list_pools().await.unwrap().len(), 1);
+    assert_eq!(h.bed.engine.client().list_pools().await.unwrap().len(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stopped_rank_sets_degraded() {
-    let mut h = Harness::new(2).await;
+on_both!(stopped_rank_sets_degraded);
+async fn stopped_rank_sets_degraded(backend: Backend) {
+    let Some(mut h) = Harness::new(backend, 2).await else {
+        return;
+    };
     h.start_operator();
     h.create_pool("wide", json!({})).await;
     h.wait_pool("wide", "Ready", |p| is(p, condition::READY, "True"))
         .await;
-    EngineRanks::new(&h.engine.client()).stop(1).await.unwrap();
+    EngineRanks::new(&h.bed.engine.client())
+        .stop(1)
+        .await
+        .unwrap();
     let p = h
         .wait_pool("wide", "Degraded", |p| is(p, condition::DEGRADED, "True"))
         .await;
     assert_eq!(p.status.unwrap().state.as_deref(), Some("TargetsExcluded"));
-    assert!(events(&h.fake, "Degraded") >= 1);
+    assert!(h.events("Degraded").await >= 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn system_change_rebuilds_the_client() {
-    let mut h = Harness::new(1).await;
+on_both!(system_change_rebuilds_the_client);
+async fn system_change_rebuilds_the_client(backend: Backend) {
+    let Some(mut h) = Harness::new(backend, 1).await else {
+        return;
+    };
     h.start_operator();
     h.create_pool("moving", json!({})).await;
     h.wait_pool("moving", "Ready", |p| is(p, condition::READY, "True"))
         .await;
-    let systems: Api<DaosSystem> = Api::all(h.fake.client());
+    let systems: Api<DaosSystem> = Api::all(h.client.clone());
     let bad = json!({"spec": {"endpoints": ["127.0.0.1:1"]}});
     systems
         .patch("daos", &PatchParams::default(), &Patch::Merge(&bad))
@@ -545,7 +524,7 @@ async fn system_change_rebuilds_the_client() {
         })
         .await;
     assert_eq!(cond(&p, condition::READY).unwrap().1, "DaosUnavailable");
-    let good = json!({"spec": {"endpoints": [h.engine.addr]}});
+    let good = json!({"spec": {"endpoints": [h.bed.engine.addr]}});
     systems
         .patch("daos", &PatchParams::default(), &Patch::Merge(&good))
         .await
@@ -564,13 +543,15 @@ async fn system_change_rebuilds_the_client() {
     assert_eq!(cond(&p, condition::READY).unwrap().1, "SystemNotFound");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_the_leader_reconciles() {
+on_both!(only_the_leader_reconciles);
+async fn only_the_leader_reconciles(backend: Backend) {
     use dpufs_operator::leader::LeaseLock;
-    let h = Harness::new(1).await;
-    let leases = Api::namespaced(h.fake.client(), "dpufs-system");
+    let Some(h) = Harness::new(backend, 1).await else {
+        return;
+    };
+    let leases = Api::namespaced(h.client.clone(), "dpufs-system");
     let replica = |id: &str| {
-        let ctx = context(&h.fake, &h._dir.path().join(id));
+        let ctx = h.context(id);
         let lock = LeaseLock::new(leases.clone(), "dpufs-operator", id, Duration::from_secs(3));
         (
             ctx.clone(),
@@ -595,7 +576,7 @@ async fn only_the_leader_reconciles() {
     assert_eq!(count(&b), 0, "the standby does not");
     // The leader goes away; the standby takes over once the Lease expires.
     ta.abort();
-    let mgmt = h.engine.client();
+    let mgmt = h.bed.engine.client();
     let uuid = h
         .pools
         .get("solo")
@@ -613,7 +594,7 @@ async fn only_the_leader_reconciles() {
         .patch("solo", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    h.wait_engine("b corrected the property", async || {
+    wait_for("b corrected the property", async || {
         let p = mgmt.pool_get_props(&uuid, &[3]).await.unwrap();
         (p == vec![(3, PropValue::Num(6))]).then_some(())
     })
@@ -623,11 +604,13 @@ async fn only_the_leader_reconciles() {
     assert_eq!(mgmt.list_pools().await.unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn leader_election_over_a_lease() {
+on_both!(leader_election_over_a_lease);
+async fn leader_election_over_a_lease(backend: Backend) {
     use dpufs_operator::leader::LeaseLock;
-    let fake = FakeApiServer::new();
-    let leases = Api::default_namespaced(fake.client());
+    let Some((_cluster, client)) = Cluster::start(backend, &test_name()).await else {
+        return;
+    };
+    let leases = Api::default_namespaced(client);
     let a = LeaseLock::new(
         leases.clone(),
         "dpufs-operator",
@@ -644,22 +627,6 @@ async fn leader_election_over_a_lease() {
         "expired: b takes over"
     );
     assert!(!a.try_acquire_or_renew().await.unwrap(), "b holds it now");
-}
-
-/// Against a real cluster, only when KUBECONFIG is set: the CRDs answer.
-#[tokio::test]
-async fn real_cluster_smoke() {
-    if std::env::var_os("KUBECONFIG").is_none() {
-        eprintln!("KUBECONFIG not set: skipping the real-cluster test");
-        return;
-    }
-    let client = kube::Client::try_default().await.unwrap();
-    let pools: Api<DaosPool> = Api::all(client);
-    let list = tokio::time::timeout(WAIT, pools.list(&Default::default()))
-        .await
-        .expect("listing DaosPools timed out")
-        .expect("DaosPool CRD installed");
-    eprintln!("{} DaosPools", list.items.len());
 }
 
 #[test]

@@ -3,16 +3,15 @@
 //! (`# expect: ...`). Files in invalid/ with two documents are updates: the
 //! first is the stored object, the second the update that must fail.
 
-use crate::support::{Api, documents, repo, yaml_files};
+use crate::support::Api;
 use dpufs_api::{ByteQuantity, DaosContainer, DaosPool, DaosSystem, DaosTenant, DeletionPolicy};
+use dpufs_e2e::manifests::{
+    documents, invalid_sample_files, offline_expectation, valid_dpufs_samples,
+};
 use serde_json::{Value, json};
-use std::path::Path;
 
 fn samples() -> Vec<Value> {
-    yaml_files(&repo().join("manifests/samples"))
-        .iter()
-        .flat_map(|path| documents(path))
-        .collect()
+    valid_dpufs_samples()
 }
 
 /// The valid sample of `kind` with this `metadata.name`.
@@ -62,24 +61,14 @@ fn valid_samples_pass_schema_and_cel() {
     }
 }
 
-/// The `# expect:` line of an invalid sample.
-fn expectation(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap();
-    let first = text.lines().next().unwrap_or_default();
-    first
-        .strip_prefix("# expect: ")
-        .unwrap_or_else(|| panic!("{} must start with `# expect: <message>`", path.display()))
-        .to_string()
-}
-
 #[test]
 fn invalid_samples_fail_with_their_message() {
     let api = Api::new();
-    let files = yaml_files(&repo().join("manifests/samples/invalid"));
+    let files = invalid_sample_files();
     assert!(files.len() >= 40, "only {} invalid samples", files.len());
     let mut failures = Vec::new();
     for path in files {
-        let expected = expectation(&path);
+        let expected = offline_expectation(&path);
         let docs = documents(&path);
         let problems = match docs.as_slice() {
             [object] => api.check(object, None),

@@ -5,32 +5,6 @@
 
 use kube::core::cel::{ErrorKind, Validator as CelValidator};
 use serde_json::{Map, Value, json};
-use std::path::{Path, PathBuf};
-
-/// The repository's top directory.
-pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("api/ is inside the repository")
-        .to_path_buf()
-}
-
-/// `*.yaml` files directly in `dir`, sorted.
-pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
-        .collect();
-    files.sort();
-    files
-}
-
-/// The YAML documents of a file, as JSON.
-pub fn documents(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap();
-    serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 /// One kind's schema in both forms.
 struct Kind {
