@@ -5,8 +5,8 @@
 //! resourceVersion conflicts, watches and garbage collection of dependents
 //! are the server's.
 //!
-//! The binaries are not part of the repository (docs/operator.md §Tests on a
-//! real API server says how to build them). They are looked up in
+//! The binaries are not part of the repository (docs/testing.md says where
+//! they come from). They are looked up in
 //! `$DPUFS_K8S_BIN`, else `$K8S_HOME/bin`, else `~/.cache/dpufs-k8s/bin`.
 //! Without them [`KubeApiServer::start`] returns `None` after printing a loud
 //! SKIPPED line, unless `DPUFS_REQUIRE_KUBE=1`, which turns the absence into a
@@ -33,7 +33,7 @@ pub fn binaries() -> Option<PathBuf> {
         .or_else(|| {
             std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dpufs-k8s/bin"))
         })?;
-    ["etcd", "kube-apiserver"]
+    ["etcd", "kube-apiserver", "kube-controller-manager"]
         .iter()
         .all(|b| dir.join(b).is_file())
         .then_some(dir)
@@ -43,14 +43,15 @@ pub fn binaries() -> Option<PathBuf> {
 /// when `DPUFS_REQUIRE_KUBE=1`.
 pub fn skip(test: &str) {
     let msg = format!(
-        "SKIPPED {test}: no etcd and kube-apiserver in $DPUFS_K8S_BIN, $K8S_HOME/bin or \
-         ~/.cache/dpufs-k8s/bin (docs/operator.md: tests on a real API server)"
+        "SKIPPED {test}: no etcd, kube-apiserver and kube-controller-manager in $DPUFS_K8S_BIN, $K8S_HOME/bin or \
+         ~/.cache/dpufs-k8s/bin (docs/testing.md)"
     );
     assert!(
         std::env::var("DPUFS_REQUIRE_KUBE").as_deref() != Ok("1"),
         "{msg}, and DPUFS_REQUIRE_KUBE=1"
     );
-    eprintln!("\n!!!!! {msg}\n");
+    // Straight to stderr: libtest captures eprintln! and shows it only for failures.
+    let _ = writeln!(std::io::stderr(), "\n!!!!! {msg}\n");
 }
 
 /// A running etcd and kube-apiserver; both are killed on drop.
@@ -149,8 +150,7 @@ impl KubeApiServer {
 
     /// Also runs kube-controller-manager, for scenarios that need what its
     /// controllers do (PersistentVolume protection, garbage collection,
-    /// namespace deletion). Fails when its binary is missing: a test that
-    /// asks for it cannot run without it.
+    /// namespace deletion).
     pub fn start_controller_manager(&mut self) -> anyhow::Result<()> {
         let bin = binaries()
             .context("Kubernetes binaries")?
