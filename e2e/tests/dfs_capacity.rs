@@ -5,7 +5,7 @@ mod dfs_support;
 
 use dfs_support::TestEngine;
 use dpufs_daos::dfs::{Dfs, Errno, ROOT_OID, conformance::pattern};
-use dpufs_engine::data::Rights;
+use dpufs_engine::dfs_service::Rights;
 use dpufs_proto::daos::props::{CONT_DPUFS_CHUNK_SIZE, CONT_DPUFS_QUOTA};
 use dpufs_proto::engine::v1 as eng;
 use dpufs_proto::mgmt;

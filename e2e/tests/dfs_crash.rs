@@ -11,7 +11,7 @@ use dpufs_daos::dfs::{
     Dfs, ROOT_OID,
     conformance::{list, pattern},
 };
-use dpufs_engine::data::Rights;
+use dpufs_engine::dfs_service::Rights;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 

@@ -6,7 +6,7 @@ mod dfs_support;
 
 use dfs_support::TestEngine;
 use dpufs_daos::dfs::{LocalDfs, conformance};
-use dpufs_engine::data::Rights;
+use dpufs_engine::dfs_service::Rights;
 use dpufs_proto::daos::props::CONT_DPUFS_CHUNK_SIZE;
 
 fn run_suite(chunk_size: Option<u64>) {

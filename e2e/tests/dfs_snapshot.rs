@@ -8,7 +8,7 @@ use dpufs_daos::dfs::{
     Dfs, Errno, ROOT_OID,
     conformance::{list, pattern, walk},
 };
-use dpufs_engine::data::Rights;
+use dpufs_engine::dfs_service::Rights;
 use dpufs_proto::engine::v1 as eng;
 
 const MIB: usize = 1 << 20;

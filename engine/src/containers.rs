@@ -62,7 +62,7 @@ impl Engine {
     /// Creates a container; a repeat with the same UUID and label returns it.
     pub fn cont_create(&self, req: eng::ContCreateReq) -> Result<eng::ContInfo> {
         let uuid = Self::new_container_uuid(&req.label, &req.uuid)?;
-        let cont = self.store.write(|t| {
+        let cont = self.store().write(|t| {
             let pool = t.resolve_pool(&req.pool)?;
             if let Some(existing) = t.find_container(&pool.uuid, &uuid)? {
                 return if existing.label == req.label {
@@ -94,23 +94,23 @@ impl Engine {
     /// (durably), then the files, so a crash between leaves only files start-up removes.
     pub fn cont_destroy(&self, req: eng::ContDestroyReq) -> Result<eng::ContDestroyResp> {
         let cref = Self::cont_ref(req.cont)?;
-        let _serial = self.volumes.lifecycle();
-        let (pool, cont) = self.store.write(|t| {
+        let _serial = self.volumes().lifecycle();
+        let (pool, cont) = self.store().write(|t| {
             let (pool, cont) = self.resolve(t, &cref)?;
             t.delete_container(&cont)?;
             Ok((pool, cont))
         })?;
-        self.remove_volume(&pool, &cont.uuid, None)?;
+        self.volumes().remove(&pool, &cont.uuid, None)?;
         Ok(eng::ContDestroyResp {})
     }
 
     pub fn cont_query(&self, cref: eng::ContRef) -> Result<eng::ContInfo> {
-        let (_, cont) = self.store.read(|v| self.resolve(v, &cref))?;
+        let (_, cont) = self.store().read(|v| self.resolve(v, &cref))?;
         Ok(cont_info(&cont))
     }
 
     pub fn cont_list(&self, req: eng::ContListReq) -> Result<eng::ContListResp> {
-        self.store.read(|v| {
+        self.store().read(|v| {
             let pool = v.resolve_pool(&req.pool)?;
             let containers = v.containers(&pool.uuid)?.iter().map(cont_info).collect();
             Ok(eng::ContListResp { containers })
@@ -156,11 +156,8 @@ impl Engine {
             changed = Some(cont.clone());
             Ok(())
         })?;
-        if quota_changed
-            && let Some(cont) = changed
-            && let Some(ns) = self.open_namespace(&cont.pool_uuid, &cont.uuid)
-        {
-            ns.set_quota(crate::data::quota_of(&cont));
+        if quota_changed && let Some(cont) = changed {
+            self.volumes().quota_changed(&cont);
         }
         Ok(info)
     }
@@ -171,7 +168,7 @@ impl Engine {
         cref: &eng::ContRef,
         change: impl FnOnce(&Txn<'_>, &mut ContRecord) -> Result<()>,
     ) -> Result<eng::ContInfo> {
-        let cont = self.store.write(|t| {
+        let cont = self.store().write(|t| {
             let (_, mut cont) = self.resolve(t, cref)?;
             change(t, &mut cont)?;
             t.put_container(&cont)?;
@@ -227,7 +224,7 @@ impl Engine {
     }
 
     pub fn cont_get_attr(&self, cref: eng::ContRef) -> Result<eng::ContAttrResp> {
-        let (_, cont) = self.store.read(|v| self.resolve(v, &cref))?;
+        let (_, cont) = self.store().read(|v| self.resolve(v, &cref))?;
         Ok(eng::ContAttrResp {
             attributes: cont.attrs.into_iter().collect(),
         })

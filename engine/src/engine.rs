@@ -1,11 +1,17 @@
-//! The engine: configuration, store, ranks, and start-up housekeeping.
+//! The engine: configuration and management state (the store of pools and containers, the
+//! ranks), and start-up housekeeping. Its management API is implemented by topic in
+//! `pools.rs`, `containers.rs`, `snapshots.rs` and `system.rs`; the data plane is the DFS
+//! service (`dfs_service`), which owns the open namespaces.
 
+use crate::dfs_service::Volumes;
 use crate::error::Result;
+use crate::layout::Layout;
 use crate::ranks::RankSet;
 use crate::store::{Reader, Store};
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// DAOS's default pool tier split for "auto" sizing (metadata, data).
 pub const DEFAULT_TIER_RATIO: [f64; 2] = [0.06, 0.94];
@@ -53,37 +59,66 @@ impl EngineConfig {
 /// The running engine's shared state.
 #[derive(Debug)]
 pub struct Engine {
-    pub cfg: EngineConfig,
-    pub store: Store,
-    pub ranks: RankSet,
+    pub(crate) cfg: EngineConfig,
+    layout: Layout,
+    store: Arc<Store>,
+    ranks: RankSet,
     /// The management address this engine answers on, as replicas see it.
-    pub advertise: SocketAddr,
-    /// Containers' open DFS namespaces and pools' space.
-    pub volumes: crate::data::Volumes,
+    advertise: SocketAddr,
+    /// The DFS service's open namespaces and pool budgets. The engine holds them only to tell
+    /// the service what management calls do to a container's namespace (destroy, snapshot,
+    /// clone, a new quota) and to report pool usage.
+    volumes: Arc<Volumes>,
 }
 
 impl Engine {
+    /// The configuration the engine was started with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
     /// Opens the store, starts the ranks and removes what a crash left behind.
     pub async fn start(cfg: EngineConfig, advertise: SocketAddr) -> Result<Engine> {
         std::fs::create_dir_all(&cfg.data_dir)?;
-        let store = Store::open(&cfg.data_dir.join("engine.redb"))?;
-        let ranks =
-            RankSet::start(cfg.ranks, cfg.rank_host, cfg.data_dir.clone(), &cfg.system).await?;
+        let layout = Layout::new(cfg.data_dir.clone());
+        let store = Arc::new(Store::open(&layout.store())?);
+        let ranks = RankSet::start(cfg.ranks, cfg.rank_host, &layout, &cfg.system).await?;
+        let volumes = Arc::new(Volumes::new(layout.clone(), store.clone()));
         let engine = Engine {
             cfg,
+            layout,
             store,
             ranks,
             advertise,
-            volumes: Default::default(),
+            volumes,
         };
         engine.remove_orphan_pool_dirs()?;
-        engine.remove_orphan_volumes()?;
+        engine.volumes.remove_orphans()?;
         Ok(engine)
+    }
+
+    /// The store of pools and containers.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub(crate) fn ranks(&self) -> &RankSet {
+        &self.ranks
+    }
+
+    /// The management address, as replicas see it.
+    pub fn advertise(&self) -> SocketAddr {
+        self.advertise
+    }
+
+    /// The DFS service's open volumes.
+    pub(crate) fn volumes(&self) -> &Arc<Volumes> {
+        &self.volumes
     }
 
     /// The directory of `pool` on `rank`.
     pub fn pool_dir(&self, rank: u32, pool_uuid: &str) -> PathBuf {
-        self.ranks.rank_dir(rank).join("pools").join(pool_uuid)
+        self.layout.pool_dir(rank, pool_uuid)
     }
 
     /// Pool directories whose pool is not in the store were created by a
@@ -93,7 +128,7 @@ impl Engine {
             .store
             .read(|v| Ok(v.pools()?.into_iter().map(|p| p.uuid).collect()))?;
         for rank in 0..self.ranks.count() {
-            let dir = self.ranks.rank_dir(rank).join("pools");
+            let dir = self.layout.pools_dir(rank);
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
             };

@@ -81,9 +81,9 @@ store_errors!(
 );
 
 /// Namespace failures on the management side: DAOS's codes for the same conditions.
-impl From<crate::dfs::DfsError> for EngineError {
-    fn from(e: crate::dfs::DfsError) -> Self {
-        use crate::dfs::Errno;
+impl From<crate::namespace::DfsError> for EngineError {
+    fn from(e: crate::namespace::DfsError) -> Self {
+        use crate::namespace::Errno;
         let code = match e.errno {
             Errno::NoSpc => Der::NoSpace,
             Errno::NoEnt | Errno::Stale => Der::Nonexist,
@@ -98,9 +98,9 @@ impl From<crate::dfs::DfsError> for EngineError {
 }
 
 /// Management failures met by the data service (resolving a connection's container).
-impl From<EngineError> for crate::dfs::DfsError {
+impl From<EngineError> for crate::namespace::DfsError {
     fn from(e: EngineError) -> Self {
-        use crate::dfs::Errno;
+        use crate::namespace::Errno;
         let errno = match &e {
             EngineError::PoolNotFound { .. } => Errno::Stale,
             EngineError::Der {
@@ -111,7 +111,7 @@ impl From<EngineError> for crate::dfs::DfsError {
             } => Errno::NoSpc,
             _ => Errno::Io,
         };
-        crate::dfs::DfsError {
+        crate::namespace::DfsError {
             errno,
             detail: e.to_string(),
         }

@@ -5,13 +5,17 @@
 //! services, so that the one DAOS client in `dpufs-daos` is tested against
 //! it. State lives in an embedded transactional store under the data
 //! directory; each simulated rank has an endpoint and a directory of its own.
+//!
+//! The data plane is the DFS service ([`dfs_service`]), which serves each container's
+//! POSIX namespace ([`namespace`]) over the fabric.
 
 pub mod acl;
 pub mod containers;
-pub mod data;
-pub mod dfs;
+pub mod dfs_service;
 pub mod engine;
 pub mod error;
+pub mod layout;
+pub mod namespace;
 pub mod pools;
 pub mod props;
 pub mod ranks;

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use dpufs_engine::data::fabric::FabricOptions;
+use dpufs_engine::dfs_service::fabric::FabricOptions;
 use dpufs_engine::server::{router, serve_tcp, serve_tls, serve_unix};
 use dpufs_engine::service::EngineServices;
 use dpufs_engine::{Engine, EngineConfig};
@@ -153,10 +153,13 @@ fn start_data(
         agent_keys: args.agent_keys.clone(),
         clock_skew: std::time::Duration::from_secs(args.capability_skew_secs),
     };
-    let server = dpufs_engine::data::fabric::serve(engine.clone(), &opts)
+    let server = dpufs_engine::dfs_service::fabric::serve(engine.clone(), &opts)
         .context("starting the fabric data service")?;
     let addr = server.server().local_addr();
-    std::fs::write(engine.cfg.data_dir.join("fabric.addr"), addr.to_string())?;
+    std::fs::write(
+        engine.config().data_dir.join("fabric.addr"),
+        addr.to_string(),
+    )?;
     println!("dpufs-engine data service on fabric {addr}");
     Ok(Some(server))
 }
@@ -171,12 +174,12 @@ fn stop_data(data: Option<RunningServer<SoftDevice>>) {
 
 /// Prints the one line scripts and tests wait for, and records the address.
 fn announce(engine: &Engine, addr: &str) -> anyhow::Result<()> {
-    std::fs::write(engine.cfg.data_dir.join("engine.addr"), addr)?;
+    std::fs::write(engine.config().data_dir.join("engine.addr"), addr)?;
     println!(
         "dpufs-engine listening on {addr} (system {}, {} rank(s), data in {})",
-        engine.cfg.system,
-        engine.cfg.ranks,
-        engine.cfg.data_dir.display()
+        engine.config().system,
+        engine.config().ranks,
+        engine.config().data_dir.display()
     );
     Ok(())
 }

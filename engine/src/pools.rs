@@ -81,7 +81,7 @@ impl Engine {
                 )
             })?
             .to_string();
-        let record = self.store.write(|t| {
+        let record = self.store().write(|t| {
             if let Some(existing) = t.pool(&uuid)? {
                 return Ok(existing);
             }
@@ -162,7 +162,7 @@ impl Engine {
     /// Explicit ranks must all be running members; otherwise `num_ranks` of
     /// the running ranks, or all of them.
     fn select_ranks(&self, req: &mgmt::PoolCreateReq) -> Result<Vec<u32>> {
-        let joined = self.ranks.joined();
+        let joined = self.ranks().joined();
         if joined.is_empty() {
             return Err(fault(
                 FaultCode::DataPlaneNotStarted,
@@ -266,8 +266,8 @@ impl Engine {
 
     /// PoolDestroy: refused while containers exist unless recursive.
     pub fn pool_destroy(&self, req: mgmt::PoolDestroyReq) -> Result<mgmt::PoolDestroyResp> {
-        let _serial = self.volumes.lifecycle();
-        let pool = self.store.write(|t| {
+        let _serial = self.volumes().lifecycle();
+        let pool = self.store().write(|t| {
             let pool = t.resolve_pool(&req.id)?;
             let containers = t.containers(&pool.uuid)?.len();
             if containers > 0 && !req.recursive {
@@ -279,7 +279,7 @@ impl Engine {
             t.delete_pool(&pool)?;
             Ok(pool)
         })?;
-        self.close_pool(&pool.uuid);
+        self.volumes().close_pool(&pool.uuid);
         for &rank in &pool.ranks {
             let dir = self.pool_dir(rank, &pool.uuid);
             if let Err(e) = std::fs::remove_dir_all(&dir)
@@ -295,7 +295,7 @@ impl Engine {
     /// PoolEvict: the engine has no pool handles outside the data service yet,
     /// so a valid pool always evicts zero handles.
     pub fn pool_evict(&self, req: mgmt::PoolEvictReq) -> Result<mgmt::PoolEvictResp> {
-        self.store.read(|v| v.resolve_pool(&req.id))?;
+        self.store().read(|v| v.resolve_pool(&req.id))?;
         Ok(mgmt::PoolEvictResp {
             status: 0,
             count: 0,
@@ -305,15 +305,16 @@ impl Engine {
     /// PoolQuery: space, targets, ranks and state as the mask asks. The data tier's free
     /// space is what the containers' files leave.
     pub fn pool_query(&self, req: mgmt::PoolQueryReq) -> Result<mgmt::PoolQueryResp> {
-        let mut pool = self.store.read(|v| v.resolve_pool(&req.id))?;
-        pool.used_bytes[crate::data::data_tier(&pool)] = self.pool_budget(&pool)?.used();
+        let mut pool = self.store().read(|v| v.resolve_pool(&req.id))?;
+        pool.used_bytes[crate::dfs_service::data_tier(&pool)] =
+            self.volumes().pool_budget(&pool)?.used();
         let query_mask = if req.query_mask == 0 {
             mask::DEFAULT
         } else {
             req.query_mask
         };
         let (up, down): (Vec<u32>, Vec<u32>) =
-            pool.ranks.iter().partition(|r| self.ranks.is_joined(**r));
+            pool.ranks.iter().partition(|r| self.ranks().is_joined(**r));
         let tpr = self.cfg.targets_per_rank;
         let total_targets = pool.ranks.len() as u32 * tpr;
         let disabled_targets = down.len() as u32 * tpr;
@@ -371,7 +372,7 @@ impl Engine {
 
     /// ListPools, answered from the store like DAOS's MS database.
     pub fn list_pools(&self, _req: mgmt::ListPoolsReq) -> Result<mgmt::ListPoolsResp> {
-        self.store.read(|v| {
+        self.store().read(|v| {
             let pools = v
                 .pools()?
                 .into_iter()
@@ -396,7 +397,7 @@ impl Engine {
         if req.properties.is_empty() {
             return Err(der(Der::Inval, "no properties to set"));
         }
-        self.store.write(|t| {
+        self.store().write(|t| {
             let mut pool = t.resolve_pool(&req.id)?;
             for p in &req.properties {
                 let (def, value) = checked_prop(p, false)?;
@@ -425,7 +426,7 @@ impl Engine {
         if req.properties.is_empty() {
             return Err(der(Der::Inval, "name the properties to get"));
         }
-        let pool = self.store.read(|v| v.resolve_pool(&req.id))?;
+        let pool = self.store().read(|v| v.resolve_pool(&req.id))?;
         let mut out = Vec::new();
         for p in &req.properties {
             if let Some(value) = pool_prop(&pool, p.number)? {
@@ -440,7 +441,7 @@ impl Engine {
 
     /// PoolGetACL.
     pub fn pool_get_acl(&self, req: mgmt::GetAclReq) -> Result<mgmt::AclResp> {
-        let pool = self.store.read(|v| v.resolve_pool(&req.id))?;
+        let pool = self.store().read(|v| v.resolve_pool(&req.id))?;
         Ok(acl_resp(&pool))
     }
 
@@ -451,7 +452,7 @@ impl Engine {
         id: &str,
         change: impl FnOnce(&[String]) -> Result<Vec<String>>,
     ) -> Result<mgmt::AclResp> {
-        let pool = self.store.write(|t| {
+        let pool = self.store().write(|t| {
             let mut pool = t.resolve_pool(id)?;
             pool.acl.entries = change(&pool.acl.entries)?;
             t.put_pool(&pool)?;
@@ -462,7 +463,7 @@ impl Engine {
 
     /// ListContainers: UUIDs only, as DAOS.
     pub fn list_containers(&self, req: mgmt::ListContReq) -> Result<mgmt::ListContResp> {
-        self.store.read(|v| {
+        self.store().read(|v| {
             let pool = v.resolve_pool(&req.id)?;
             let containers = v
                 .containers(&pool.uuid)?

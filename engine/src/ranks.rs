@@ -2,8 +2,8 @@
 //! listener, later the fabric data service) with its own data directory, and
 //! can be stopped and started, so that pools really lose and regain targets.
 
+use crate::layout::Layout;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::Mutex;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
@@ -33,7 +33,6 @@ struct RankSlot {
 /// All ranks of this engine.
 pub struct RankSet {
     slots: Vec<Mutex<RankSlot>>,
-    data_dir: PathBuf,
 }
 
 impl std::fmt::Debug for RankSet {
@@ -45,16 +44,16 @@ impl std::fmt::Debug for RankSet {
 }
 
 impl RankSet {
-    /// Starts `count` ranks listening on `host`, data under `data_dir/ranks/<n>`.
+    /// Starts `count` ranks listening on `host`, each with its directory in `layout`.
     pub async fn start(
         count: u32,
         host: IpAddr,
-        data_dir: PathBuf,
+        layout: &Layout,
         system: &str,
     ) -> std::io::Result<RankSet> {
         let mut slots = Vec::new();
         for rank in 0..count {
-            std::fs::create_dir_all(data_dir.join("ranks").join(rank.to_string()))?;
+            std::fs::create_dir_all(layout.rank_dir(rank))?;
             let uuid = uuid::Uuid::new_v5(
                 &uuid::Uuid::NAMESPACE_OID,
                 format!("{system}/rank/{rank}").as_bytes(),
@@ -72,7 +71,7 @@ impl RankSet {
                 listener: Some(task),
             }));
         }
-        Ok(RankSet { slots, data_dir })
+        Ok(RankSet { slots })
     }
 
     /// Number of ranks, running or not.
@@ -99,11 +98,6 @@ impl RankSet {
             .filter(|m| m.joined)
             .map(|m| m.rank)
             .collect()
-    }
-
-    /// The data directory of `rank`.
-    pub fn rank_dir(&self, rank: u32) -> PathBuf {
-        self.data_dir.join("ranks").join(rank.to_string())
     }
 
     /// Stops a rank: its endpoint closes. Returns None for an unknown rank.
@@ -193,7 +187,8 @@ mod tests {
     #[tokio::test]
     async fn stopped_ranks_close_their_endpoint() {
         let dir = tempfile::tempdir().unwrap();
-        let ranks = RankSet::start(2, "127.0.0.1".parse().unwrap(), dir.path().into(), "t")
+        let layout = Layout::new(dir.path().into());
+        let ranks = RankSet::start(2, "127.0.0.1".parse().unwrap(), &layout, "t")
             .await
             .unwrap();
         let m1 = ranks.members()[1].clone();

@@ -15,8 +15,8 @@ impl Engine {
     /// written (durably) before the record that names it commits.
     pub fn snapshot_create(&self, req: eng::SnapshotCreateReq) -> Result<eng::Snapshot> {
         let cref = Self::cont_ref(req.cont)?;
-        let _serial = self.volumes.lifecycle();
-        let (pool, cont) = self.store.read(|v| self.resolve(v, &cref))?;
+        let _serial = self.volumes().lifecycle();
+        let (pool, cont) = self.store().read(|v| self.resolve(v, &cref))?;
         let name_taken = |cont: &ContRecord| {
             if !req.name.is_empty() && cont.snapshots.iter().any(|s| s.name == req.name) {
                 return Err(der(Der::Exist, format!("snapshot {:?} exists", req.name)));
@@ -33,14 +33,14 @@ impl Engine {
             name: req.name.clone(),
             created_unix: now_unix(),
         };
-        self.snapshot_volume(&pool, &cont, snap.epoch)?;
+        self.volumes().snapshot(&pool, &cont, snap.epoch)?;
         let recorded = self.update_container(&cref, |_, cont| {
             name_taken(cont)?;
             cont.snapshots.push(snap.clone());
             Ok(())
         });
         if let Err(e) = recorded {
-            self.remove_volume(&pool, &cont.uuid, Some(snap.epoch))?;
+            self.volumes().remove(&pool, &cont.uuid, Some(snap.epoch))?;
             return Err(e);
         }
         Ok(snapshot(snap))
@@ -54,10 +54,10 @@ impl Engine {
         let mut target = req
             .target
             .ok_or_else(|| der(Der::Inval, "no container to create"))?;
-        let _serial = self.volumes.lifecycle();
-        let (pool, source) = self.store.read(|v| self.resolve(v, &src_ref))?;
+        let _serial = self.volumes().lifecycle();
+        let (pool, source) = self.store().read(|v| self.resolve(v, &src_ref))?;
         if !target.pool.is_empty()
-            && self.store.read(|v| v.resolve_pool(&target.pool))?.uuid != pool.uuid
+            && self.store().read(|v| v.resolve_pool(&target.pool))?.uuid != pool.uuid
         {
             return Err(der(Der::Inval, "a clone must be in its source's pool"));
         }
@@ -72,7 +72,7 @@ impl Engine {
             .ok_or_else(|| der(Der::Nonexist, "no such snapshot"))?
             .clone();
         let uuid = Self::new_container_uuid(&target.label, &target.uuid)?;
-        if let Some(existing) = self.store.read(|v| v.find_container(&pool.uuid, &uuid))? {
+        if let Some(existing) = self.store().read(|v| v.find_container(&pool.uuid, &uuid))? {
             if existing.label == target.label {
                 return Ok(cont_info(&existing));
             }
@@ -81,6 +81,7 @@ impl Engine {
         target.uuid = uuid.clone();
         // The copy's chunk files are cut by the source's chunk size, so the clone keeps it.
         let chunk_size = self
+            .volumes()
             .namespace(&pool, &source, Some(snap.epoch))?
             .chunk_size();
         let mut asked = target
@@ -98,13 +99,15 @@ impl Engine {
             value: Some(eng::cont_property::Value::Numval(chunk_size)),
         });
         let record = new_container(&pool, uuid.clone(), &target)?;
-        let (_, used) = self.clone_volume(&pool, &source, snap.epoch, &record)?;
+        let (_, used) = self
+            .volumes()
+            .clone_snapshot(&pool, &source, snap.epoch, &record)?;
         self.cont_create(target)
-            .inspect_err(|_| self.discard_clone(&pool, &uuid, used))
+            .inspect_err(|_| self.volumes().discard_clone(&pool, &uuid, used))
     }
 
     pub fn snapshot_list(&self, cref: eng::ContRef) -> Result<eng::SnapshotListResp> {
-        let (_, cont) = self.store.read(|v| self.resolve(v, &cref))?;
+        let (_, cont) = self.store().read(|v| self.resolve(v, &cref))?;
         Ok(eng::SnapshotListResp {
             snapshots: cont.snapshots.into_iter().map(snapshot).collect(),
         })
@@ -113,8 +116,8 @@ impl Engine {
     /// Destroys a snapshot named by epoch or name, with its namespace.
     pub fn snapshot_destroy(&self, req: eng::SnapshotDestroyReq) -> Result<eng::SnapshotListResp> {
         let cref = Self::cont_ref(req.cont)?;
-        let _serial = self.volumes.lifecycle();
-        let (pool, before) = self.store.read(|v| self.resolve(v, &cref))?;
+        let _serial = self.volumes().lifecycle();
+        let (pool, before) = self.store().read(|v| self.resolve(v, &cref))?;
         let mut left = Vec::new();
         self.update_container(&cref, |_, cont| {
             let before = cont.snapshots.len();
@@ -132,7 +135,8 @@ impl Engine {
             Ok(())
         })?;
         for gone in before.snapshots.iter().filter(|s| !left.contains(s)) {
-            self.remove_volume(&pool, &before.uuid, Some(gone.epoch))?;
+            self.volumes()
+                .remove(&pool, &before.uuid, Some(gone.epoch))?;
         }
         Ok(eng::SnapshotListResp {
             snapshots: left.into_iter().map(snapshot).collect(),

@@ -17,7 +17,7 @@ impl Engine {
     pub fn system_query(&self, req: mgmt::SystemQueryReq) -> Result<mgmt::SystemQueryResp> {
         let wanted = parse_ranks(&req.ranks)
             .ok_or_else(|| der(Der::Inval, format!("invalid rank set {:?}", req.ranks)))?;
-        let members = self.ranks.members();
+        let members = self.ranks().members();
         let absent: Vec<u32> = wanted
             .iter()
             .copied()
@@ -37,7 +37,7 @@ impl Engine {
                 format_ranks(&absent)
             },
             absenthosts: String::new(),
-            data_version: self.store.read(|v| v.data_version())?,
+            data_version: self.store().read(|v| v.data_version())?,
             providers: vec![PROVIDER.into()],
             sys_self_heal_policy: String::new(),
         })
@@ -45,7 +45,7 @@ impl Engine {
 
     fn member(&self, m: Member) -> mgmt::SystemMember {
         mgmt::SystemMember {
-            addr: self.advertise.to_string(),
+            addr: self.advertise().to_string(),
             uuid: m.uuid.clone(),
             rank: m.rank,
             incarnation: m.incarnation,
@@ -74,11 +74,11 @@ impl Engine {
         self.cfg
             .leader
             .clone()
-            .unwrap_or_else(|| self.advertise.to_string())
+            .unwrap_or_else(|| self.advertise().to_string())
     }
 
     fn replicas(&self) -> Vec<String> {
-        let me = self.advertise.to_string();
+        let me = self.advertise().to_string();
         match &self.cfg.leader {
             Some(leader) => vec![leader.clone(), me],
             None => vec![me],
@@ -100,7 +100,7 @@ impl Engine {
     /// Stops a rank; its targets turn disabled in every pool on it.
     pub fn rank_stop(&self, req: eng::RankReq) -> Result<eng::RankResp> {
         let m = self
-            .ranks
+            .ranks()
             .stop(req.rank)
             .ok_or_else(|| unknown_rank(req.rank))?;
         tracing::info!(rank = m.rank, "rank stopped");
@@ -113,7 +113,7 @@ impl Engine {
     /// Starts a stopped rank again.
     pub async fn rank_start(&self, req: eng::RankReq) -> Result<eng::RankResp> {
         let m = self
-            .ranks
+            .ranks()
             .start_rank(req.rank)
             .await?
             .ok_or_else(|| unknown_rank(req.rank))?;

@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use dpufs_daos::dfs::{Bulk, DfsTransport, EngineDfs, TransportError, TransportReply};
-use dpufs_engine::data::{BulkIo, ConnectionContext, DataService, NoBulk, Rights};
+use dpufs_engine::dfs_service::{BulkIo, ConnectionContext, DataService, NoBulk, Rights};
 use dpufs_engine::{Engine, EngineConfig};
 use dpufs_proto::engine::v1 as eng;
 use dpufs_proto::mgmt;
@@ -150,7 +150,7 @@ impl TestEngine {
             _owned,
             rt,
         } = self;
-        let ranks = engine.cfg.ranks;
+        let ranks = engine.config().ranks;
         drop(service);
         drop(engine);
         drop(rt);

@@ -1,9 +1,9 @@
 //! Write-behind of large writes.
 //!
 //! A large write is answered once its bytes are in the engine's memory, its space reserved
-//! and its new size recorded; a writer thread then moves it to the chunk files. A client
-//! stream sends its next request while the disk writes the last one, where it used to pay
-//! the network and the disk one after the other.
+//! and its new size recorded; an I/O thread (`io_threads.rs`) then moves it to the chunk
+//! files. A client stream sends its next request while the disk writes the last one, where
+//! it used to pay the network and the disk one after the other.
 //!
 //! What a client can see stays as POSIX has it:
 //! - ENOSPC is never deferred: space is reserved before the answer.
@@ -12,20 +12,23 @@
 //! - fsync waits for every queued write; one that failed on the disk fails the object's
 //!   next fsync with EIO, the way the kernel reports writeback errors.
 //! - A crash loses only what no fsync acknowledged.
+//!
+//! [`Writes`] is the lock around the chunk store's state together with the signal that
+//! queued writes landed, so whoever must wait for them waits on the lock's condition.
 
-use super::chunks::WritePiece;
-use super::inode::Oid;
-use super::iobuf::IoBuf;
-use super::namespace::{Namespace, WriteState};
-use super::{DfsResult, Errno, err};
+use super::state::WriteState;
+use super::{WritePiece, io_threads, write_pieces};
+use crate::namespace::error::{DfsResult, Errno, err};
+use crate::namespace::inode::Oid;
+use crate::namespace::iobuf::IoBuf;
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Bytes a namespace may have queued before its writers wait for the disk.
 const MAX_QUEUED_BYTES: u64 = 16 << 20;
 
-/// The write state of a namespace, and the signal that queued writes landed.
+/// The write state of a chunk store, and the signal that queued writes landed.
 #[derive(Debug, Default)]
 pub(super) struct Writes {
     state: Mutex<WriteState>,
@@ -79,6 +82,36 @@ impl Writes {
             .expect("writes lock")
     }
 
+    /// Queues a write whose space is reserved and whose size is recorded (its `growth` now
+    /// counts as used, no longer pending) for an I/O thread to move `data` into its pieces.
+    pub(super) fn queue(
+        self: &Arc<Self>,
+        oid: Oid,
+        offset: u64,
+        pieces: Vec<WritePiece>,
+        growth: u64,
+        data: IoBuf,
+    ) {
+        let len = data.len() as u64;
+        {
+            let mut st = self.lock();
+            st.pending_growth -= growth;
+            for p in &pieces {
+                *st.queued.chunks.entry((oid, p.idx)).or_insert(0) += 1;
+            }
+            st.queued.bytes += len;
+        }
+        let writes = self.clone();
+        io_threads::submit(Box::new(move || {
+            let moved = io_threads::catching(|| write_pieces(&pieces, data.as_slice()));
+            let failure = moved.err();
+            if let Some(why) = &failure {
+                tracing::error!(oid, offset, "a queued write failed: {why}");
+            }
+            writes.land(oid, &pieces, len, failure);
+        }));
+    }
+
     /// Ends a queued write: its chunks are dirty, and the failure, if any, is kept for fsync.
     fn land(&self, oid: Oid, pieces: &[WritePiece], bytes: u64, failure: Option<String>) {
         let mut st = self.lock();
@@ -113,44 +146,5 @@ impl Queued {
             Some(why) => Err(err(Errno::Io, format!("an earlier write failed: {why}"))),
             None => Ok(()),
         }
-    }
-}
-
-impl Namespace {
-    /// Writes `data` at `offset` like [`Namespace::write`], but answers once the write is
-    /// queued for the disk (see the module).
-    pub fn write_behind(&self, oid: Oid, offset: u64, data: IoBuf) -> DfsResult<()> {
-        self.writable()?;
-        let len = data.len() as u64;
-        let end = super::chunks::check_end(offset, len)?;
-        let _gate = self.data_gate.read().expect("data gate");
-        let Some((pieces, growth)) = self.start_write(oid, offset, len, len)? else {
-            return Ok(());
-        };
-        if let Err(e) = self.record_write(oid, end, growth) {
-            self.finish_write(oid, &pieces, growth);
-            self.release(growth);
-            return Err(e);
-        }
-        {
-            let mut st = self.writes.lock();
-            // Recorded as used now: no longer pending against the quota.
-            st.pending_growth -= growth;
-            for p in &pieces {
-                *st.queued.chunks.entry((oid, p.idx)).or_insert(0) += 1;
-            }
-            st.queued.bytes += len;
-        }
-        let writes = self.writes.clone();
-        super::pool::submit(Box::new(move || {
-            let moved =
-                super::pool::catching(|| super::chunks::write_pieces(&pieces, data.as_slice()));
-            let failure = moved.err();
-            if let Some(why) = &failure {
-                tracing::error!(oid, offset, "a queued write failed: {why}");
-            }
-            writes.land(oid, &pieces, len, failure);
-        }));
-        Ok(())
     }
 }

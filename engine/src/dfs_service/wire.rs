@@ -1,19 +1,19 @@
-//! Between the wire messages and the namespace's types.
+//! Between the wire messages (`dpufs/engine/v1/dfs.proto`) and the namespace's types.
 
-use crate::dfs::{DfsError, DirEntry, Inode, SetAttr, Time};
-use dpufs_proto::engine::v1 as wire;
+use crate::namespace::{DfsError, DirEntry, Inode, SetAttr, Time};
+use dpufs_proto::engine::v1 as proto;
 
 /// Longest failure detail sent back (the reply must stay small).
 const MAX_DETAIL: usize = 1024;
 
-pub fn time(t: Time) -> wire::DfsTime {
-    wire::DfsTime {
+pub fn time(t: Time) -> proto::DfsTime {
+    proto::DfsTime {
         secs: t.secs,
         nanos: t.nanos,
     }
 }
 
-fn from_wire_time(t: &wire::DfsTime) -> Time {
+fn from_wire_time(t: &proto::DfsTime) -> Time {
     Time {
         secs: t.secs,
         nanos: t.nanos.min(999_999_999),
@@ -22,8 +22,8 @@ fn from_wire_time(t: &wire::DfsTime) -> Time {
 
 /// What stat reports. DFS has no hard links: nlink is 1. Blocks follow the size, as DFS's
 /// (statfs and blocks are approximate on DFS).
-pub fn attr(ino: &Inode) -> wire::DfsAttr {
-    wire::DfsAttr {
+pub fn attr(ino: &Inode) -> proto::DfsAttr {
+    proto::DfsAttr {
         oid: ino.oid,
         mode: ino.mode,
         uid: ino.uid,
@@ -41,8 +41,8 @@ pub fn attr(ino: &Inode) -> wire::DfsAttr {
     }
 }
 
-pub fn entry(e: DirEntry) -> wire::DfsDirEntry {
-    wire::DfsDirEntry {
+pub fn entry(e: DirEntry) -> proto::DfsDirEntry {
+    proto::DfsDirEntry {
         name: e.name,
         oid: e.oid,
         kind: e.kind,
@@ -51,9 +51,9 @@ pub fn entry(e: DirEntry) -> wire::DfsDirEntry {
 }
 
 /// A SetAttr request as the namespace takes it; `*_now` means the engine's clock.
-pub fn set_attr(req: &wire::SetAttr) -> SetAttr {
+pub fn set_attr(req: &proto::SetAttr) -> SetAttr {
     let now = Time::now();
-    let pick = |at: &Option<wire::DfsTime>, now_flag: bool| match (now_flag, at) {
+    let pick = |at: &Option<proto::DfsTime>, now_flag: bool| match (now_flag, at) {
         (true, _) => Some(now),
         (false, Some(t)) => Some(from_wire_time(t)),
         (false, None) => None,
@@ -69,7 +69,7 @@ pub fn set_attr(req: &wire::SetAttr) -> SetAttr {
 }
 
 /// The reply to a failed request.
-pub fn failure(id: u64, e: DfsError) -> wire::DfsReply {
+pub fn failure(id: u64, e: DfsError) -> proto::DfsReply {
     let mut detail = e.detail;
     if detail.len() > MAX_DETAIL {
         let mut cut = MAX_DETAIL;
@@ -78,7 +78,7 @@ pub fn failure(id: u64, e: DfsError) -> wire::DfsReply {
         }
         detail.truncate(cut);
     }
-    wire::DfsReply {
+    proto::DfsReply {
         id,
         errno: e.errno as i32,
         detail,

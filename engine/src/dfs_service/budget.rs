@@ -1,6 +1,6 @@
 //! A pool's data space, shared by its containers' namespaces.
 
-use crate::dfs::{DfsError, DfsResult, Errno, SpaceBudget};
+use crate::namespace::{DfsError, DfsResult, Errno, SpaceBudget};
 use crate::records::PoolRecord;
 use std::sync::Mutex;
 

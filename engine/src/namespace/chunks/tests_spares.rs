@@ -1,8 +1,7 @@
-//! Recycled chunk files: reused by later chunks (written or allocated), never leaking a byte,
-//! never linked into a snapshot, and adopted (emptied) after a restart.
+//! Recycled chunk files (`spares.rs`): reused by later chunks (written or allocated), never
+//! leaking a byte, never linked into a snapshot, and adopted (emptied) after a restart.
 
-use super::disk::RealDisk;
-use super::*;
+use crate::namespace::*;
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;

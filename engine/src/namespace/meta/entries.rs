@@ -1,4 +1,4 @@
-//! Directory entries and listings with stable cookies.
+//! Directory entries: looking names up, and listings with stable cookies.
 //!
 //! Entries are keyed by (directory, hash of the name, name), so a directory lists in hash
 //! order and an entry's cookie is the hash of its own name: a value that depends on nothing
@@ -7,9 +7,10 @@
 //! a cookie, so a page never ends inside a run of equal hashes (it runs over `max` instead):
 //! resuming after that hash can then skip nothing.
 
-use super::DfsResult;
-use super::inode::{Oid, S_IFMT};
-use super::namespace::{ENTRIES, INODES, Namespace, get_dir, get_inode};
+use super::names::name_ok;
+use super::{ENTRIES, INODES, MetaStore, get_dir, get_inode};
+use crate::namespace::error::{DfsResult, Errno, err};
+use crate::namespace::inode::{Inode, Oid, S_IFMT};
 use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
 
 /// An entry of a directory listing.
@@ -60,7 +61,21 @@ pub(super) fn has_entries(tx: &WriteTransaction, dir: Oid) -> DfsResult<bool> {
     Ok(range.next().is_some())
 }
 
-impl Namespace {
+impl MetaStore {
+    /// The object an entry names.
+    pub fn lookup(&self, dir: Oid, name: &str) -> DfsResult<Inode> {
+        name_ok(name)?;
+        let tx = self.db.begin_read()?;
+        let inodes = tx.open_table(INODES)?;
+        get_dir(&inodes, dir)?;
+        let oid = tx
+            .open_table(ENTRIES)?
+            .get(entry_key(dir, name))?
+            .map(|v| v.value())
+            .ok_or_else(|| err(Errno::NoEnt, format!("{name:?} not found")))?;
+        get_inode(&inodes, oid)
+    }
+
     /// Up to `max` entries of `dir` after `cookie` (0 starts at the beginning), more only
     /// to finish a run of equal hashes.
     pub fn readdir(&self, dir: Oid, cookie: u64, max: usize) -> DfsResult<DirPage> {

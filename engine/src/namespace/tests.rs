@@ -1,7 +1,8 @@
-//! Namespace semantics and durability on a simulated disk.
+//! Namespace semantics, durability and snapshots on a simulated disk: what the namespace
+//! coordinates between its metadata store and its chunk store.
 
-use super::disk::SimDisk;
 use super::inode::{S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
+use super::sim_disk::SimDisk;
 use super::*;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -225,34 +226,6 @@ fn symlinks_and_xattrs() {
     assert_eq!(ns.listxattr(f.oid).unwrap_err().errno, Errno::Stale);
 }
 
-#[test]
-fn quota_gives_enospc_and_keeps_old_data() {
-    let (_, ns) = fresh(Some(100_000));
-    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
-    let first = pattern(90_000, 3);
-    ns.write(f.oid, 0, &first).unwrap();
-    let err = ns.write(f.oid, 90_000, &pattern(20_000, 4)).unwrap_err();
-    assert_eq!(err.errno, Errno::NoSpc);
-    assert_eq!(
-        read_all(&ns, f.oid),
-        first,
-        "a refused write changes nothing"
-    );
-    // Overwriting in place needs no new space.
-    ns.write(f.oid, 0, &pattern(1000, 5)).unwrap();
-    // Freeing space makes room again.
-    ns.setattr(
-        f.oid,
-        SetAttr {
-            size: Some(10_000),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    ns.write(f.oid, 10_000, &pattern(50_000, 6)).unwrap();
-    assert_eq!(ns.statfs(1 << 30).unwrap().total_bytes, 100_000);
-}
-
 /// Writes, fsyncs some of it, writes more without fsync, and "crashes".
 fn crash_scenario() -> (Vec<u8>, Vec<u8>) {
     let (disk, ns) = fresh(None);
@@ -335,4 +308,79 @@ fn snapshots_keep_old_data_and_clones_are_independent() {
         "writing the clone leaves the snapshot alone"
     );
     assert_eq!(read_all(&ns, f.oid), after, "and the source");
+}
+
+#[test]
+fn errors_name_the_right_culprit() {
+    let (_, ns) = fresh(None);
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
+    assert_eq!(ns.lookup(f.oid, "x").unwrap_err().errno, Errno::NotDir);
+    assert_eq!(ns.unlink(f.oid, "x").unwrap_err().errno, Errno::NotDir);
+    assert_eq!(
+        ns.rename(f.oid, "x", ROOT, "y", false).unwrap_err().errno,
+        Errno::NotDir
+    );
+    assert_eq!(ns.readdir(f.oid, 0, 1).unwrap_err().errno, Errno::NotDir);
+    assert_eq!(
+        ns.rename(ROOT, "f", ROOT, "f", true).unwrap_err().errno,
+        Errno::Exist
+    );
+    ns.rename(ROOT, "f", ROOT, "f", false).unwrap();
+    let l = ns.symlink(ROOT, "l", "f", 0, 0).unwrap();
+    assert_eq!(
+        ns.read(l.oid, 0, &mut [0; 4]).unwrap_err().errno,
+        Errno::Inval
+    );
+    assert_eq!(ns.open_object(l.oid, false).unwrap_err().errno, Errno::Loop);
+    assert_eq!(ns.open_object(ROOT, true).unwrap_err().errno, Errno::IsDir);
+    assert_eq!(
+        ns.write(f.oid, u64::MAX - 1, b"xx").unwrap_err().errno,
+        Errno::FBig
+    );
+    let long = "t".repeat(SYMLINK_MAX + 1);
+    assert_eq!(
+        ns.symlink(ROOT, "m", &long, 0, 0).unwrap_err().errno,
+        Errno::NameTooLong
+    );
+}
+
+#[test]
+fn truncating_a_shared_chunk_leaves_the_snapshot_alone() {
+    let (disk, ns) = fresh(None);
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
+    let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+    ns.write(f.oid, 0, &data).unwrap();
+    let snap_cfg = config_at("snap", true);
+    ns.snapshot_to(&snap_cfg).unwrap();
+    ns.setattr(
+        f.oid,
+        SetAttr {
+            size: Some(70_000),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let snap = Namespace::open(Arc::new(disk), snap_cfg).unwrap();
+    let mut buf = vec![0; 100_000];
+    assert_eq!(snap.read(f.oid, 0, &mut buf).unwrap(), 100_000);
+    assert_eq!(buf, data);
+}
+
+#[test]
+fn chunk_size_is_fixed_at_creation() {
+    let (disk, ns) = fresh(None);
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    ns.write(f.oid, 3, &data).unwrap();
+    ns.fsync(f.oid).unwrap();
+    drop(ns);
+    let cfg = NamespaceConfig {
+        chunk_size: 1 << 20,
+        ..config(None)
+    };
+    let again = Namespace::open(Arc::new(disk), cfg).unwrap();
+    assert_eq!(again.chunk_size(), 1 << 16, "the superblock's size wins");
+    let mut buf = vec![0; 200_000];
+    again.read(f.oid, 3, &mut buf).unwrap();
+    assert_eq!(buf, data);
 }

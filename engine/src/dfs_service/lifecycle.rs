@@ -5,9 +5,9 @@
 //! to them commits (a crash leaves unreferenced files, which start-up removes), and records
 //! are deleted before their files (a crash leaves the same).
 
-use crate::dfs::SpaceBudget;
-use crate::engine::Engine;
+use super::volumes::Volumes;
 use crate::error::Result;
+use crate::namespace::SpaceBudget;
 use crate::records::{ContRecord, PoolRecord};
 use crate::store::Reader;
 use std::collections::HashSet;
@@ -38,22 +38,22 @@ fn entries(dir: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-impl Engine {
+impl Volumes {
     /// Closes and removes a container's namespace with its snapshots (or one snapshot),
     /// giving the container's space back to the pool. Call after its record is gone.
-    pub(crate) fn remove_volume(
+    pub(crate) fn remove(
         &self,
         pool: &PoolRecord,
         cont: &str,
         snapshot: Option<u64>,
     ) -> Result<()> {
-        if let Some(ns) = self.close_volume(&pool.uuid, cont, snapshot)
+        if let Some(ns) = self.close(&pool.uuid, cont, snapshot)
             && snapshot.is_none()
         {
             let used = ns.used()?;
             self.pool_budget(pool)?.release(used);
         }
-        for dir in self.volume_dirs(pool, cont, snapshot) {
+        for dir in self.dirs(pool, cont, snapshot) {
             remove_durably(&dir)?;
         }
         if snapshot.is_none() {
@@ -65,14 +65,9 @@ impl Engine {
     }
 
     /// Writes the namespace of snapshot `epoch` of `cont` (before its record commits).
-    pub(crate) fn snapshot_volume(
-        &self,
-        pool: &PoolRecord,
-        cont: &ContRecord,
-        epoch: u64,
-    ) -> Result<()> {
+    pub(crate) fn snapshot(&self, pool: &PoolRecord, cont: &ContRecord, epoch: u64) -> Result<()> {
         let ns = self.namespace(pool, cont, None)?;
-        let target = self.volume_config(pool, cont, Some(epoch), None);
+        let target = self.config(pool, cont, Some(epoch), None);
         if let Err(e) = ns.snapshot_to(&target) {
             self.discard_dirs(pool, &cont.uuid, Some(epoch));
             return Err(e.into());
@@ -83,7 +78,7 @@ impl Engine {
     /// Writes a new container's namespace as a copy of a snapshot, taking the space it
     /// holds from the pool (DER_NOSPACE when it does not fit). Returns the chunk size and
     /// the bytes taken.
-    pub(crate) fn clone_volume(
+    pub(crate) fn clone_snapshot(
         &self,
         pool: &PoolRecord,
         source: &ContRecord,
@@ -94,7 +89,7 @@ impl Engine {
         let used = snap.used()?;
         let budget = self.pool_budget(pool)?;
         budget.reserve(used)?;
-        let cfg = self.volume_config(pool, target, None, None);
+        let cfg = self.config(pool, target, None, None);
         if let Err(e) = snap.snapshot_to(&cfg) {
             budget.release(used);
             self.discard_dirs(pool, &target.uuid, None);
@@ -112,7 +107,7 @@ impl Engine {
     }
 
     fn discard_dirs(&self, pool: &PoolRecord, cont: &str, snapshot: Option<u64>) {
-        for dir in self.volume_dirs(pool, cont, snapshot) {
+        for dir in self.dirs(pool, cont, snapshot) {
             if let Err(e) = remove_durably(&dir) {
                 tracing::warn!(path = %dir.display(), error = %e, "leftover namespace directory");
             }
@@ -121,10 +116,10 @@ impl Engine {
 
     /// Removes namespace directories that no record refers to: left by a create, snapshot
     /// or clone that crashed before its record committed, or a destroy that crashed after.
-    pub(crate) fn remove_orphan_volumes(&self) -> Result<()> {
-        let pools = self.store.read(|v| v.pools())?;
+    pub(crate) fn remove_orphans(&self) -> Result<()> {
+        let pools = self.store().read(|v| v.pools())?;
         for pool in pools {
-            let conts = self.store.read(|v| v.containers(&pool.uuid))?;
+            let conts = self.store().read(|v| v.containers(&pool.uuid))?;
             let live: HashSet<&str> = conts.iter().map(|c| c.uuid.as_str()).collect();
             for &rank in &pool.ranks {
                 let base = self.pool_dir(rank, &pool.uuid);

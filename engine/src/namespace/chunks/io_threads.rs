@@ -1,6 +1,7 @@
-//! Threads that move data between chunk files and memory for requests already answered
-//! (queued writes, `behind.rs`) or not made yet (read-ahead, `ahead.rs`). Shared by every
-//! namespace: their number is how many such transfers the disk sees at once.
+//! The I/O threads: they move data between chunk files and memory for requests already
+//! answered (queued writes, `write_behind.rs`) or not made yet (read-ahead, `read_ahead.rs`).
+//! Shared by every namespace of the process: their number is how many such transfers the disk
+//! sees at once.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{self, Receiver, Sender};

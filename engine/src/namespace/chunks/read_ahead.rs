@@ -1,16 +1,17 @@
 //! Read-ahead for sequential readers.
 //!
 //! A read that starts where the object's last read ended has the next chunks read on the
-//! I/O threads (`pool.rs`), so the stream's next requests find their bytes in memory: the
+//! I/O threads (`io_threads.rs`), so the stream's next requests find their bytes in memory: the
 //! disk works while the network carries the last reply, where a stream used to pay them
 //! one after the other. What was read ahead of a chunk is dropped whenever the chunk
 //! changes (a write landing in it, a cut), so a read never sees older bytes than a plain
 //! read at the same moment would.
 
-use super::disk::{Disk, DiskFile};
-use super::inode::Oid;
-use super::iobuf::IoBuf;
-use super::namespace::{Namespace, WriteState};
+use super::io_threads;
+use super::write_behind::Queued;
+use crate::namespace::disk::{Disk, DiskFile};
+use crate::namespace::inode::Oid;
+use crate::namespace::iobuf::IoBuf;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
@@ -79,9 +80,9 @@ impl ReadAhead {
     }
 }
 
-/// Where a chunk to read ahead is: open already (in the namespace's chunk cache), or a path
-/// the I/O thread opens, off the writes lock.
-enum ChunkAt {
+/// Where a chunk to read ahead is: open already (in the chunk store's cache), or a path the
+/// I/O thread opens, off the writes lock.
+pub(super) enum ChunkAt {
     Open(Arc<dyn DiskFile>),
     Path(Arc<dyn Disk>, PathBuf),
 }
@@ -108,7 +109,7 @@ fn read_chunk(chunk: &ChunkAt, len: usize) -> std::io::Result<IoBuf> {
 fn start_fetch(chunk: ChunkAt, len: usize) -> Arc<Fetch> {
     let fetch = Arc::new(Fetch::default());
     let job = fetch.clone();
-    super::pool::submit(Box::new(move || {
+    io_threads::submit(Box::new(move || {
         {
             let mut state = job.state.lock().expect("fetch");
             if matches!(*state, FetchState::Dropped) {
@@ -116,7 +117,7 @@ fn start_fetch(chunk: ChunkAt, len: usize) -> Arc<Fetch> {
             }
             *state = FetchState::Reading;
         }
-        let got = super::pool::catching(|| read_chunk(&chunk, len))
+        let got = io_threads::catching(|| read_chunk(&chunk, len))
             .inspect_err(|e| tracing::debug!("read-ahead failed: {e}"))
             .ok();
         *job.state.lock().expect("fetch") = FetchState::Done(got);
@@ -125,39 +126,37 @@ fn start_fetch(chunk: ChunkAt, len: usize) -> Arc<Fetch> {
     fetch
 }
 
-impl Namespace {
-    /// Notes a read of [offset, end) of a file of `size` bytes; if it follows the last one,
-    /// starts reading the chunks after it.
-    pub(super) fn read_ahead(
-        &self,
-        st: &mut WriteState,
+impl ReadAhead {
+    /// Notes a read of [offset, end) of a file of `size` bytes cut in chunks of
+    /// `chunk_size`; if it follows the last one, starts reading the chunks after it, from
+    /// where `locate` says they are. Chunks with writes `queued` are left alone.
+    pub(super) fn after_read(
+        &mut self,
+        queued: &Queued,
         oid: Oid,
         (offset, end): (u64, u64),
-        size: u64,
+        (size, chunk_size): (u64, u64),
+        locate: impl Fn(u64) -> ChunkAt,
     ) {
-        let cs = self.chunk_size;
-        if st.ahead.ends.len() >= MAX_STREAMS {
-            st.ahead.ends.clear();
+        let cs = chunk_size;
+        if self.ends.len() >= MAX_STREAMS {
+            self.ends.clear();
         }
-        if st.ahead.ends.insert(oid, end) != Some(offset) || cs > MAX_CHUNK_SIZE {
+        if self.ends.insert(oid, end) != Some(offset) || cs > MAX_CHUNK_SIZE {
             return;
         }
-        if st.ahead.chunks.len() >= MAX_CHUNKS {
-            st.ahead.chunks.clear();
+        if self.chunks.len() >= MAX_CHUNKS {
+            self.chunks.clear();
         }
         let first = end / cs;
         for idx in (first..first + DEPTH).take_while(|i| i * cs < size) {
             let key = (oid, idx);
             // A chunk with writes queued is read once they land.
-            if st.ahead.chunks.contains_key(&key) || st.queued.holds(key) {
+            if self.chunks.contains_key(&key) || queued.holds(key) {
                 continue;
             }
-            let chunk = match st.open.get(&key) {
-                Some(f) => ChunkAt::Open(f.clone()),
-                None => ChunkAt::Path(self.disk.clone(), self.chunk_path(oid, idx)),
-            };
-            let fetch = start_fetch(chunk, cs as usize);
-            st.ahead.chunks.insert(key, fetch);
+            let fetch = start_fetch(locate(idx), cs as usize);
+            self.chunks.insert(key, fetch);
         }
     }
 }

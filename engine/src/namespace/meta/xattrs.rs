@@ -2,9 +2,10 @@
 //! Names and flags follow Linux: a namespace prefix is required, `user.` attributes exist
 //! only on files and directories, XATTR_CREATE/XATTR_REPLACE as setxattr(2).
 
-use super::inode::{Inode, Oid};
-use super::namespace::{INODES, NAME_MAX, Namespace, XATTRS, get_inode};
-use super::{DfsResult, Errno, err};
+use super::names::NAME_MAX;
+use super::{INODES, MetaStore, XATTRS, get_inode};
+use crate::namespace::error::{DfsResult, Errno, err};
+use crate::namespace::inode::{Inode, Oid};
 use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
 
 /// Largest value. Linux allows 64 KiB; the engine takes a little less so that a SetXattr
@@ -72,7 +73,7 @@ pub(super) fn drop_all(tx: &WriteTransaction, oid: Oid) -> DfsResult<()> {
     Ok(())
 }
 
-impl Namespace {
+impl MetaStore {
     pub fn setxattr(&self, oid: Oid, name: &str, value: &[u8], how: XattrSet) -> DfsResult<()> {
         check_name(name)?;
         if value.len() > XATTR_VALUE_MAX {
@@ -81,7 +82,7 @@ impl Namespace {
                 format!("attribute value of {} bytes", value.len()),
             ));
         }
-        self.update(|tx| {
+        self.transact(|tx| {
             may_change(&get_inode(&tx.open_table(INODES)?, oid)?, name)?;
             let mut xattrs = tx.open_table(XATTRS)?;
             let exists = xattrs.get((oid, name))?.is_some();
@@ -123,7 +124,7 @@ impl Namespace {
 
     pub fn removexattr(&self, oid: Oid, name: &str) -> DfsResult<()> {
         check_name(name)?;
-        self.update(|tx| {
+        self.transact(|tx| {
             may_change(&get_inode(&tx.open_table(INODES)?, oid)?, name)?;
             if tx.open_table(XATTRS)?.remove((oid, name))?.is_some() {
                 Ok(())

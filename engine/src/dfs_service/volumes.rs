@@ -1,4 +1,4 @@
-//! Where containers' namespaces live, and the open ones.
+//! The DFS service's volumes: where containers' namespaces live, and the open ones.
 //!
 //! Layout, on every rank of the pool (`ranks/<r>/pools/<pool>/`):
 //! - `conts/<container>/`: the container's chunk files; rank 0 of the pool also holds its
@@ -8,12 +8,14 @@
 //! A namespace is opened once and kept (two open instances of one store would corrupt it);
 //! destroy is the only thing that closes one. Each pool has one [`PoolBudget`], built the
 //! first time any of its namespaces is needed by counting every container found on disk.
+//! What management calls do to namespaces (destroy, snapshot, clone) is in `lifecycle.rs`.
 
 use super::budget::PoolBudget;
-use crate::dfs::{DfsError, DfsResult, Errno, Namespace, NamespaceConfig, RealDisk, SpaceBudget};
-use crate::engine::Engine;
+use crate::layout::Layout;
+use crate::namespace::SpaceBudget;
+use crate::namespace::{DfsError, DfsResult, Errno, Namespace, NamespaceConfig, RealDisk};
 use crate::records::{ContRecord, PoolRecord, Stored};
-use crate::store::Reader;
+use crate::store::{Reader, Store};
 use dpufs_proto::daos::props::{CONT_DPUFS_CHUNK_SIZE, CONT_DPUFS_QUOTA};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -32,8 +34,11 @@ pub struct VolumeKey {
 }
 
 /// The open namespaces and pool budgets of an engine.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Volumes {
+    layout: Layout,
+    /// Read for the pools and containers the namespaces belong to.
+    store: Arc<Store>,
     inner: Mutex<Open>,
     /// Serializes snapshot, clone and destroy of namespaces (they pick epochs and paths).
     lifecycle: Mutex<()>,
@@ -63,6 +68,17 @@ pub fn quota_of(cont: &ContRecord) -> Option<u64> {
 }
 
 impl Volumes {
+    /// No volume open yet, over the data directory of `layout` and the pools and containers
+    /// of `store`.
+    pub(crate) fn new(layout: Layout, store: Arc<Store>) -> Volumes {
+        Volumes {
+            layout,
+            store,
+            inner: Mutex::default(),
+            lifecycle: Mutex::default(),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Open> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -71,20 +87,13 @@ impl Volumes {
     pub(crate) fn lifecycle(&self) -> MutexGuard<'_, ()> {
         self.lifecycle.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
 
-impl Engine {
     /// The directories of a namespace: one per rank of the pool, the first holding the store.
-    pub fn volume_dirs(
-        &self,
-        pool: &PoolRecord,
-        cont: &str,
-        snapshot: Option<u64>,
-    ) -> Vec<PathBuf> {
+    pub fn dirs(&self, pool: &PoolRecord, cont: &str, snapshot: Option<u64>) -> Vec<PathBuf> {
         pool.ranks
             .iter()
             .map(|&rank| {
-                let base = self.pool_dir(rank, &pool.uuid);
+                let base = self.layout.pool_dir(rank, &pool.uuid);
                 match snapshot {
                     None => base.join("conts").join(cont),
                     Some(epoch) => base.join("snaps").join(cont).join(epoch.to_string()),
@@ -94,14 +103,14 @@ impl Engine {
     }
 
     /// How the namespace of `cont` (or of its snapshot) is laid out and limited.
-    pub(crate) fn volume_config(
+    pub(crate) fn config(
         &self,
         pool: &PoolRecord,
         cont: &ContRecord,
         snapshot: Option<u64>,
         budget: Option<Arc<dyn SpaceBudget>>,
     ) -> NamespaceConfig {
-        let chunk_dirs = self.volume_dirs(pool, &cont.uuid, snapshot);
+        let chunk_dirs = self.dirs(pool, &cont.uuid, snapshot);
         NamespaceConfig {
             meta_path: chunk_dirs[0].join("meta.redb"),
             chunk_dirs,
@@ -115,7 +124,7 @@ impl Engine {
     /// The namespace of a container or snapshot named by the data service, opening it if
     /// needed. A container or snapshot that does not exist (any more) is ESTALE.
     pub fn volume(&self, key: &VolumeKey) -> DfsResult<Arc<Namespace>> {
-        if let Some(ns) = self.volumes.lock().namespaces.get(key) {
+        if let Some(ns) = self.lock().namespaces.get(key) {
             return Ok(ns.clone());
         }
         let found = self.store.read(|v| {
@@ -148,7 +157,7 @@ impl Engine {
         cont: &ContRecord,
         snapshot: Option<u64>,
     ) -> DfsResult<Arc<Namespace>> {
-        let mut open = self.volumes.lock();
+        let mut open = self.lock();
         let budget = self.budget_locked(&mut open, pool)?;
         self.open_locked(&mut open, pool, cont, snapshot, budget)
     }
@@ -169,7 +178,7 @@ impl Engine {
         if let Some(ns) = open.namespaces.get(&key) {
             return Ok(ns.clone());
         }
-        let cfg = self.volume_config(pool, cont, snapshot, Some(budget));
+        let cfg = self.config(pool, cont, snapshot, Some(budget));
         if snapshot.is_some() && !cfg.meta_path.exists() {
             // Never create an empty namespace in a snapshot's place.
             return Err(DfsError {
@@ -193,7 +202,7 @@ impl Engine {
             .read(|v| v.containers(&pool.uuid))
             .map_err(DfsError::from)?;
         for cont in &conts {
-            let meta = self.volume_dirs(pool, &cont.uuid, None)[0].join("meta.redb");
+            let meta = self.dirs(pool, &cont.uuid, None)[0].join("meta.redb");
             if meta.exists() {
                 let ns = self.open_locked(open, pool, cont, None, budget.clone())?;
                 budget.add_existing(ns.used()?);
@@ -205,33 +214,36 @@ impl Engine {
 
     /// The budget of a pool whose namespaces are in use.
     pub fn budget_of(&self, pool: &str) -> Option<Arc<PoolBudget>> {
-        self.volumes.lock().budgets.get(pool).cloned()
+        self.lock().budgets.get(pool).cloned()
     }
 
     /// The pool's budget (capacity and data bytes used).
     pub fn pool_budget(&self, pool: &PoolRecord) -> DfsResult<Arc<PoolBudget>> {
-        self.budget_locked(&mut self.volumes.lock(), pool)
+        self.budget_locked(&mut self.lock(), pool)
     }
 
-    /// The open namespace of a container, if it is open.
-    pub(crate) fn open_namespace(&self, pool: &str, cont: &str) -> Option<Arc<Namespace>> {
+    /// A container's quota changed: its namespace, if open, applies it at once.
+    pub(crate) fn quota_changed(&self, cont: &ContRecord) {
         let key = VolumeKey {
-            pool: pool.to_string(),
-            container: cont.to_string(),
+            pool: cont.pool_uuid.clone(),
+            container: cont.uuid.clone(),
             snapshot: None,
         };
-        self.volumes.lock().namespaces.get(&key).cloned()
+        let open = self.lock().namespaces.get(&key).cloned();
+        if let Some(ns) = open {
+            ns.set_quota(quota_of(cont));
+        }
     }
 
     /// Closes a container's namespaces (its own and its snapshots'); returns its own, if it
     /// was open, so the caller can give its space back.
-    pub(crate) fn close_volume(
+    pub(crate) fn close(
         &self,
         pool: &str,
         cont: &str,
         snapshot: Option<u64>,
     ) -> Option<Arc<Namespace>> {
-        let mut open = self.volumes.lock();
+        let mut open = self.lock();
         let own = open.namespaces.remove(&VolumeKey {
             pool: pool.to_string(),
             container: cont.to_string(),
@@ -246,8 +258,18 @@ impl Engine {
 
     /// Forgets everything open in a pool that is going away.
     pub(crate) fn close_pool(&self, pool: &str) {
-        let mut open = self.volumes.lock();
+        let mut open = self.lock();
         open.namespaces.retain(|k, _| k.pool != pool);
         open.budgets.remove(pool);
+    }
+
+    /// The directory of `pool` on `rank` (namespaces live below it).
+    pub(crate) fn pool_dir(&self, rank: u32, pool: &str) -> PathBuf {
+        self.layout.pool_dir(rank, pool)
+    }
+
+    /// The store of pools and containers.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
     }
 }

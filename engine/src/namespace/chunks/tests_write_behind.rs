@@ -1,7 +1,7 @@
-//! Queued writes (`behind.rs`): answered before they land, yet never seen missing.
+//! Queued writes (`write_behind.rs`): answered before they land, yet never seen missing.
 
-use super::disk::SimDisk;
-use super::*;
+use crate::namespace::sim_disk::SimDisk;
+use crate::namespace::*;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};

@@ -1,7 +1,8 @@
-//! Read-ahead (`ahead.rs`): used by sequential readers, dropped whenever its chunk changes.
+//! Read-ahead (`read_ahead.rs`): used by sequential readers, dropped whenever its chunk changes.
 
-use super::disk::{Disk, SimDisk};
-use super::*;
+use crate::namespace::disk::Disk;
+use crate::namespace::sim_disk::SimDisk;
+use crate::namespace::*;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,7 +36,7 @@ fn read_two_chunks(ns: &Namespace) -> Oid {
     chunk(ns, f, 0);
     chunk(ns, f, 1);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while ![2, 3].iter().all(|&i| ns.writes.lock().ahead.holds((f, i))) {
+    while ![2, 3].iter().all(|&i| ns.chunks().holds_read_ahead((f, i))) {
         assert!(
             Instant::now() < deadline,
             "chunks 2 and 3 were not read ahead"
@@ -51,7 +52,7 @@ fn the_next_chunks_of_a_sequential_reader_are_read_ahead() {
     let ns = open(&disk);
     let f = read_two_chunks(&ns);
     // Changed behind the namespace's back: a read served from memory does not see it.
-    let path = ns.chunk_path(f, 2);
+    let path = ns.chunks().chunk_path(f, 2);
     disk.open(&path, false)
         .unwrap()
         .write_at(0, &[9; 10])

@@ -1,15 +1,15 @@
-//! One DFS operation against a connection's namespace.
+//! One DFS request against its connection's namespace: the rights check, then the
+//! namespace call its operation names.
 
-use super::convert::{self, attr};
-use super::{BulkIo, ConnectionContext, MAX_IO, MAX_READDIR_ENTRIES};
-use crate::dfs::{DfsError, DfsResult, Errno, IoBuf, ROOT, XattrSet};
-use crate::engine::Engine;
-use dpufs_proto::engine::v1::{self as wire, dfs_reply::Result as Res, dfs_request::Op};
+use super::wire::{self, attr};
+use super::{BulkIo, ConnectionContext, MAX_IO, MAX_READDIR_ENTRIES, Volumes};
+use crate::namespace::{DfsError, DfsResult, Errno, IoBuf, Namespace, ROOT, XattrSet};
+use dpufs_proto::engine::v1::{self as proto, dfs_reply::Result as Res, dfs_request::Op};
 use std::cell::RefCell;
 
-/// Writes from this size on are answered once queued for the disk (`dfs/behind.rs`): the
-/// client's next request then overlaps the disk's work. Smaller ones cost less than the
-/// hand-off.
+/// Writes from this size on are answered once queued for the disk
+/// ([`Namespace::write_behind`]): the client's next request then overlaps the disk's work.
+/// Smaller ones cost less than the hand-off.
 const WRITE_BEHIND_MIN: usize = 64 << 10;
 
 /// Most bytes of attribute names listed at once (Linux's XATTR_LIST_MAX is 64 KiB; the
@@ -93,9 +93,9 @@ fn bulk_failed(e: std::io::Error) -> DfsError {
 
 /// Runs one operation; `None` is a success without a result.
 pub fn run(
-    engine: &Engine,
+    volumes: &Volumes,
     ctx: &ConnectionContext,
-    req: wire::DfsRequest,
+    req: proto::DfsRequest,
     bulk: &mut dyn BulkIo,
 ) -> DfsResult<Option<Res>> {
     let op = req
@@ -109,9 +109,9 @@ pub fn run(
         };
         return Err(fail(Errno::RoFs, format!("{why} cannot change anything")));
     }
-    let ns = engine.volume(&ctx.key())?;
+    let ns = volumes.volume(&ctx.key())?;
     let res = match op {
-        Op::Mount(_) => Res::Mount(wire::MountInfo {
+        Op::Mount(_) => Res::Mount(proto::MountInfo {
             root: ROOT,
             chunk_size: ns.chunk_size(),
             read_only: ctx.read_only(),
@@ -119,15 +119,15 @@ pub fn run(
         }),
         Op::Lookup(l) => Res::Attr(attr(&ns.lookup(l.parent, &l.name)?)),
         Op::Getattr(g) => Res::Attr(attr(&ns.getattr(g.oid)?)),
-        Op::Setattr(s) => Res::Attr(attr(&ns.setattr(s.oid, convert::set_attr(&s))?)),
+        Op::Setattr(s) => Res::Attr(attr(&ns.setattr(s.oid, wire::set_attr(&s))?)),
         Op::Readdir(r) => {
             let max = match r.max as usize {
                 0 => MAX_READDIR_ENTRIES,
                 n => n.min(MAX_READDIR_ENTRIES),
             };
             let page = ns.readdir(r.dir, r.cookie, max)?;
-            Res::Entries(wire::DirEntries {
-                entries: page.entries.into_iter().map(convert::entry).collect(),
+            Res::Entries(proto::DirEntries {
+                entries: page.entries.into_iter().map(wire::entry).collect(),
                 end: page.end,
             })
         }
@@ -185,7 +185,7 @@ pub fn run(
             }
             return Ok(None);
         }
-        Op::Statfs(_) => Res::Statfs(statfs(engine, ctx, &ns)?),
+        Op::Statfs(_) => Res::Statfs(statfs(volumes, ctx, &ns)?),
         Op::Setxattr(s) => {
             let how = match (s.create, s.replace) {
                 (false, false) => XattrSet::Any,
@@ -204,7 +204,7 @@ pub fn run(
             if names.iter().map(|n| n.len() + 1).sum::<usize>() > MAX_XATTR_LIST {
                 return Err(fail(Errno::TooBig, "attribute names exceed the list limit"));
             }
-            Res::Xattrs(wire::XattrNames { names })
+            Res::Xattrs(proto::XattrNames { names })
         }
         Op::Removexattr(r) => {
             ns.removexattr(r.oid, &r.name)?;
@@ -216,11 +216,11 @@ pub fn run(
 
 /// Usage as the connection sees it: the pool's space, capped by the container's quota.
 fn statfs(
-    engine: &Engine,
+    volumes: &Volumes,
     ctx: &ConnectionContext,
-    ns: &crate::dfs::Namespace,
-) -> DfsResult<wire::DfsStatFs> {
-    let budget = engine
+    ns: &Namespace,
+) -> DfsResult<proto::DfsStatFs> {
+    let budget = volumes
         .budget_of(&ctx.pool)
         .ok_or_else(|| fail(Errno::Stale, "the pool of this connection is gone"))?;
     let pool_free = budget.capacity().saturating_sub(budget.used());
@@ -230,7 +230,7 @@ fn statfs(
         Some(q) => q.saturating_sub(ns.used()?).min(pool_free),
         None => pool_free,
     };
-    Ok(wire::DfsStatFs {
+    Ok(proto::DfsStatFs {
         total_bytes: total,
         free_bytes: free,
         files: ns.objects()?,

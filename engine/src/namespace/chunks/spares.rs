@@ -2,21 +2,21 @@
 //! short) is emptied and moved to the `spares` subdirectory of its chunk directory instead of
 //! being deleted, and the next new chunk in that directory takes it by a rename. Keeping them
 //! apart means finding them again at start-up lists only the spares, not every chunk file.
-//! Creating a file on ext4 allocates an inode, and right after many deletions that allocation scans the inode table
-//! for inodes that were not recently freed: measured on the engine, `open(O_CREAT)` of a chunk
-//! took about as long as the 1 MiB direct write into it. Renaming a spare costs a directory
-//! update only. (Log-structured stores recycle their log files for the same reason.)
+//! Creating a file on ext4 allocates an inode, and right after many deletions that allocation
+//! scans the inode table for inodes that were not recently freed: measured on the engine,
+//! `open(O_CREAT)` of a chunk took about as long as the 1 MiB direct write into it. Renaming a
+//! spare costs a directory update only. (Log-structured stores recycle their log files for the
+//! same reason.)
 //!
 //! Only unshared files are recycled: a chunk file a snapshot links to keeps its bytes. Reads
 //! and writes hold the data gate while they use a chunk file they took from the cache, and
 //! whatever retires a chunk holds it exclusively, so no one still reads or writes a file after
 //! it became a spare and maybe part of another file.
 
+use crate::namespace::disk::{Disk, DiskFile};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-use super::disk::{Disk, DiskFile};
 
 /// The subdirectory of a chunk directory that holds its spares, named by number; chunk files
 /// are named `<oid hex>.<index>`.
@@ -31,7 +31,7 @@ pub(super) fn is_spares_dir(path: &Path) -> bool {
 
 /// The spare files of a namespace's chunk directories.
 #[derive(Debug, Default)]
-pub(super) struct Spares {
+pub(crate) struct Spares {
     by_dir: HashMap<PathBuf, Vec<PathBuf>>,
     /// Names new spares after the ones in use.
     next: u64,

@@ -1,7 +1,8 @@
-//! Cookies, copy-on-write corner cases and space accounting on a simulated disk.
+//! Space accounting (`space.rs`) on a simulated disk: quotas, a pool shared by containers,
+//! concurrent writers and allocation, each counted once and refused without a trace.
 
-use super::disk::SimDisk;
-use super::*;
+use crate::namespace::sim_disk::SimDisk;
+use crate::namespace::*;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -44,126 +45,49 @@ impl SpaceBudget for TestPool {
     }
 }
 
-#[test]
-fn listings_resume_after_their_cookie_whatever_was_removed() {
-    let ns = open(&SimDisk::default(), "c");
-    for i in 0..100 {
-        ns.create(ROOT, &format!("f{i}"), 0o644, 0, 0).unwrap();
-    }
-    let first = ns.readdir(ROOT, 0, 10).unwrap();
-    let last = first.entries.last().unwrap().clone();
-    // Remove the entry the cookie belongs to and one not listed yet.
-    ns.unlink(ROOT, &last.name).unwrap();
-    let later = ns.readdir(ROOT, last.cookie, 1).unwrap().entries[0].clone();
-    ns.unlink(ROOT, &later.name).unwrap();
-    let mut seen: Vec<String> = first.entries.iter().map(|e| e.name.clone()).collect();
-    let mut cookie = last.cookie;
-    loop {
-        let page = ns.readdir(ROOT, cookie, 7).unwrap();
-        seen.extend(page.entries.iter().map(|e| e.name.clone()));
-        cookie = page.entries.last().map_or(cookie, |e| e.cookie);
-        if page.end {
-            break;
-        }
-    }
-    assert_eq!(
-        seen.len(),
-        99,
-        "each survivor once, plus the one removed after it was seen"
-    );
-    assert!(!seen.contains(&later.name));
-    seen.sort();
-    seen.dedup();
-    assert_eq!(seen.len(), 99);
-    // A cookie is the entry's own: listing again gives it the same one.
-    let again = ns.readdir(ROOT, 0, 200).unwrap();
-    let e = again
-        .entries
-        .iter()
-        .find(|e| e.name == first.entries[0].name)
-        .unwrap();
-    assert_eq!(e.cookie, first.entries[0].cookie);
-    assert_eq!(e.cookie, name_hash(&e.name));
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn read_all(ns: &Namespace, oid: Oid) -> Vec<u8> {
+    let size = ns.getattr(oid).unwrap().size as usize;
+    let mut buf = vec![0xAA; size];
+    assert_eq!(ns.read(oid, 0, &mut buf).unwrap(), size);
+    buf
 }
 
 #[test]
-fn name_hash_is_pinned() {
-    // Stored in every entry key: changing the function orphans existing entries.
-    assert_eq!(name_hash("a"), 0x4151_54ac_54df_672d);
-}
-
-#[test]
-fn errors_name_the_right_culprit() {
-    let ns = open(&SimDisk::default(), "c");
+fn quota_gives_enospc_and_keeps_old_data() {
+    let cfg = NamespaceConfig {
+        quota: Some(100_000),
+        ..config("c", 1 << 16, None)
+    };
+    let ns = Namespace::open(Arc::new(SimDisk::default()), cfg).unwrap();
     let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
-    assert_eq!(ns.lookup(f.oid, "x").unwrap_err().errno, Errno::NotDir);
-    assert_eq!(ns.unlink(f.oid, "x").unwrap_err().errno, Errno::NotDir);
+    let first = pattern(90_000, 3);
+    ns.write(f.oid, 0, &first).unwrap();
+    let err = ns.write(f.oid, 90_000, &pattern(20_000, 4)).unwrap_err();
+    assert_eq!(err.errno, Errno::NoSpc);
     assert_eq!(
-        ns.rename(f.oid, "x", ROOT, "y", false).unwrap_err().errno,
-        Errno::NotDir
+        read_all(&ns, f.oid),
+        first,
+        "a refused write changes nothing"
     );
-    assert_eq!(ns.readdir(f.oid, 0, 1).unwrap_err().errno, Errno::NotDir);
-    assert_eq!(
-        ns.rename(ROOT, "f", ROOT, "f", true).unwrap_err().errno,
-        Errno::Exist
-    );
-    ns.rename(ROOT, "f", ROOT, "f", false).unwrap();
-    let l = ns.symlink(ROOT, "l", "f", 0, 0).unwrap();
-    assert_eq!(
-        ns.read(l.oid, 0, &mut [0; 4]).unwrap_err().errno,
-        Errno::Inval
-    );
-    assert_eq!(ns.open_object(l.oid, false).unwrap_err().errno, Errno::Loop);
-    assert_eq!(ns.open_object(ROOT, true).unwrap_err().errno, Errno::IsDir);
-    assert_eq!(
-        ns.write(f.oid, u64::MAX - 1, b"xx").unwrap_err().errno,
-        Errno::FBig
-    );
-    let long = "t".repeat(SYMLINK_MAX + 1);
-    assert_eq!(
-        ns.symlink(ROOT, "m", &long, 0, 0).unwrap_err().errno,
-        Errno::NameTooLong
-    );
-}
-
-#[test]
-fn truncating_a_shared_chunk_leaves_the_snapshot_alone() {
-    let disk = SimDisk::default();
-    let ns = open(&disk, "c");
-    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
-    let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
-    ns.write(f.oid, 0, &data).unwrap();
-    let mut snap_cfg = config("snap", 1 << 16, None);
-    snap_cfg.read_only = true;
-    ns.snapshot_to(&snap_cfg).unwrap();
+    // Overwriting in place needs no new space.
+    ns.write(f.oid, 0, &pattern(1000, 5)).unwrap();
+    // Freeing space makes room again.
     ns.setattr(
         f.oid,
         SetAttr {
-            size: Some(70_000),
+            size: Some(10_000),
             ..Default::default()
         },
     )
     .unwrap();
-    let snap = Namespace::open(Arc::new(disk), snap_cfg).unwrap();
-    let mut buf = vec![0; 100_000];
-    assert_eq!(snap.read(f.oid, 0, &mut buf).unwrap(), 100_000);
-    assert_eq!(buf, data);
-}
-
-#[test]
-fn chunk_size_is_fixed_at_creation() {
-    let disk = SimDisk::default();
-    let ns = open(&disk, "c");
-    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
-    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
-    ns.write(f.oid, 3, &data).unwrap();
-    ns.fsync(f.oid).unwrap();
-    drop(ns);
-    let again = Namespace::open(Arc::new(disk), config("c", 1 << 20, None)).unwrap();
-    assert_eq!(again.chunk_size(), 1 << 16, "the superblock's size wins");
-    let mut buf = vec![0; 200_000];
-    again.read(f.oid, 3, &mut buf).unwrap();
-    assert_eq!(buf, data);
+    ns.write(f.oid, 10_000, &pattern(50_000, 6)).unwrap();
+    assert_eq!(ns.statfs(1 << 30).unwrap().total_bytes, 100_000);
 }
 
 #[test]

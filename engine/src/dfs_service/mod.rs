@@ -1,4 +1,5 @@
-//! The DFS data service: one request of a client connection in, one reply out.
+//! The DFS data service: one request of a client connection in, one reply out, against the
+//! namespaces this service keeps open ([`Volumes`]).
 //!
 //! It is independent of the transport. The fabric session layer verifies the connection's
 //! capability, hands each request message here with a [`ConnectionContext`] built from it,
@@ -10,16 +11,17 @@
 //! `MountInfo.read_only` says so up front.
 
 mod budget;
-mod convert;
+mod dispatch;
 pub mod fabric;
 mod lifecycle;
-mod ops;
 mod volumes;
+mod wire;
 
 pub use budget::{PoolBudget, data_tier};
 pub use volumes::{DEFAULT_CHUNK_SIZE, VolumeKey, Volumes, chunk_size_of, quota_of};
 
 use crate::engine::Engine;
+use crate::namespace::{DfsError, Errno};
 use dpufs_proto::engine::v1::{DfsReply, DfsRequest};
 use prost::Message;
 use std::io;
@@ -108,12 +110,15 @@ impl ConnectionContext {
 /// The data service of an engine.
 #[derive(Debug, Clone)]
 pub struct DataService {
-    engine: Arc<Engine>,
+    volumes: Arc<Volumes>,
 }
 
 impl DataService {
+    /// The data service of `engine`'s containers.
     pub fn new(engine: Arc<Engine>) -> DataService {
-        DataService { engine }
+        DataService {
+            volumes: engine.volumes().clone(),
+        }
     }
 
     /// Serves one encoded request; the reply is always a message (an undecodable request
@@ -126,10 +131,10 @@ impl DataService {
     ) -> Vec<u8> {
         let reply = match DfsRequest::decode(request) {
             Ok(req) => self.serve(ctx, req, bulk),
-            Err(e) => convert::failure(
+            Err(e) => wire::failure(
                 0,
-                crate::dfs::DfsError {
-                    errno: crate::dfs::Errno::Proto,
+                DfsError {
+                    errno: Errno::Proto,
                     detail: format!("undecodable request: {e}"),
                 },
             ),
@@ -145,7 +150,7 @@ impl DataService {
         bulk: &mut dyn BulkIo,
     ) -> DfsReply {
         let id = req.id;
-        match ops::run(&self.engine, ctx, req, bulk) {
+        match dispatch::run(&self.volumes, ctx, req, bulk) {
             Ok(result) => DfsReply {
                 id,
                 errno: 0,
@@ -154,7 +159,7 @@ impl DataService {
             },
             Err(e) => {
                 tracing::debug!(id, errno = e.errno as i32, detail = %e.detail, "dfs request failed");
-                convert::failure(id, e)
+                wire::failure(id, e)
             }
         }
     }

@@ -1,30 +1,4 @@
-//! DFS on the engine: a POSIX namespace per container with DAOS's DFS
-//! semantics (directories as objects, entries as keys, files in chunks, no
-//! hard links). Metadata lives in a per-container transactional store, file
-//! data in chunk files spread over the pool's ranks.
-
-mod ahead;
-mod behind;
-mod chunks;
-mod dirents;
-pub mod disk;
-pub mod inode;
-mod iobuf;
-mod names;
-pub mod namespace;
-mod pool;
-mod snapshot;
-mod space;
-mod spares;
-mod xattrs;
-
-pub use dirents::{DirEntry, DirPage, name_hash};
-pub use disk::{Disk, RealDisk};
-pub use inode::{Inode, Oid, ROOT, Time};
-pub use iobuf::IoBuf;
-pub use namespace::{NAME_MAX, Namespace, NamespaceConfig, SYMLINK_MAX, SetAttr};
-pub use space::{SpaceBudget, StatFs};
-pub use xattrs::{XATTR_VALUE_MAX, XattrSet};
+//! How namespace operations fail: the POSIX errno a DFS client sees, and why.
 
 /// POSIX error numbers DFS operations fail with (Linux values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -98,14 +72,3 @@ impl From<std::io::Error> for DfsError {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;
-#[cfg(test)]
-mod tests_ahead;
-#[cfg(test)]
-mod tests_behind;
-#[cfg(test)]
-mod tests_space;
-#[cfg(test)]
-mod tests_spares;

@@ -1,0 +1,508 @@
+//! The chunk store of a namespace: file data. Each regular file is cut into chunks of the
+//! namespace's chunk size, one chunk file `<oid hex>.<index>` per chunk, chunk *i* of object
+//! *o* in directory `(o + i) mod dirs` (one directory per rank of the pool). Missing chunks
+//! (and the part of a chunk beyond its file's end) are holes and read as zeros.
+//!
+//! The store also keeps what the data path needs between calls: open chunk files, chunks
+//! and directories fsync must sync, writes in flight and the space they reserved (`space.rs`),
+//! recycled chunk files (`spares.rs`), queued writes (`write_behind.rs`) and read-ahead
+//! (`read_ahead.rs`), the last two served by the I/O threads (`io_threads.rs`).
+//!
+//! Two locks: the data gate, held shared by whatever reads or writes chunk files and
+//! exclusively by whatever cuts, removes or links them (see [`ChunkStore::quiesce`]); and the
+//! writes lock around the state, held briefly. A write reserves its space and takes its
+//! chunk files under the writes lock, then moves its bytes without it, so writes (to
+//! different files, or different chunks of one) reach the disk side by side. The gate is
+//! taken before the writes lock.
+
+mod io_threads;
+mod read_ahead;
+mod space;
+mod spares;
+mod state;
+mod write_behind;
+
+#[cfg(test)]
+mod tests_read_ahead;
+#[cfg(test)]
+mod tests_space;
+#[cfg(test)]
+mod tests_spares;
+#[cfg(test)]
+mod tests_write_behind;
+
+pub use space::{SpaceBudget, StatFs};
+pub(crate) use spares::Spares;
+
+use super::disk::{Disk, DiskFile};
+use super::error::{DfsResult, Errno, err};
+use super::inode::Oid;
+use super::iobuf::IoBuf;
+use read_ahead::{ChunkAt, Fetch, copy_fetched};
+use space::Space;
+use state::WriteState;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use write_behind::Writes;
+
+/// Open chunk files kept per namespace before the cache is emptied.
+const MAX_OPEN_CHUNKS: usize = 1024;
+
+/// Largest file end: what off_t can address.
+const MAX_FILE_END: u64 = i64::MAX as u64;
+
+/// EFBIG unless [offset, offset + len) is addressable; else its end.
+pub(crate) fn check_end(offset: u64, len: u64) -> DfsResult<u64> {
+    match offset.checked_add(len) {
+        Some(end) if end <= MAX_FILE_END => Ok(end),
+        _ => Err(err(Errno::FBig, "beyond the largest file size")),
+    }
+}
+
+/// One chunk's part of a write.
+#[derive(Debug)]
+struct WritePiece {
+    idx: u64,
+    file: Arc<dyn DiskFile>,
+    /// Offset in the chunk.
+    at: u64,
+    len: u64,
+}
+
+/// Moves `data` into the pieces of its write, in order.
+fn write_pieces(pieces: &[WritePiece], data: &[u8]) -> std::io::Result<()> {
+    let mut done = 0usize;
+    for p in pieces {
+        let n = p.len as usize;
+        p.file.write_at(p.at, &data[done..done + n])?;
+        done += n;
+    }
+    Ok(())
+}
+
+/// A write (or allocation) whose chunk files are taken and whose space is reserved: it is in
+/// flight until [`ChunkStore::finish_write`] or [`ChunkStore::queue_write`].
+#[derive(Debug)]
+pub(crate) struct ChunkWrite {
+    pieces: Vec<WritePiece>,
+    growth: u64,
+}
+
+impl ChunkWrite {
+    /// Bytes the write grows the chunk files by (reserved).
+    pub fn growth(&self) -> u64 {
+        self.growth
+    }
+
+    /// Moves `data` (the write's bytes) into the chunk files.
+    pub fn write(&self, data: &[u8]) -> std::io::Result<()> {
+        write_pieces(&self.pieces, data)
+    }
+
+    /// Gives the chunk files their blocks for the write's range, writing nothing.
+    pub fn allocate(&self) -> std::io::Result<()> {
+        self.pieces
+            .iter()
+            .try_for_each(|p| p.file.allocate(p.at, p.len))
+    }
+}
+
+/// Where a read finds one chunk's bytes.
+enum Source {
+    /// Read ahead (see `read_ahead.rs`).
+    Fetched(Arc<Fetch>),
+    /// In the chunk file; None for a hole.
+    File(Option<Arc<dyn DiskFile>>),
+}
+
+/// One namespace's chunk files.
+#[derive(Debug)]
+pub(crate) struct ChunkStore {
+    disk: Arc<dyn Disk>,
+    /// One per rank of the pool; chunks are spread over them.
+    dirs: Vec<PathBuf>,
+    /// From the superblock.
+    chunk_size: u64,
+    space: Space,
+    /// The state and the signal of queued writes; shared with the I/O threads.
+    writes: Arc<Writes>,
+    /// The data gate (see the module).
+    gate: RwLock<()>,
+}
+
+/// Every write held out and none queued: for changes that cut, remove or link chunk files.
+/// Dropping it lets writes in again.
+#[derive(Debug)]
+pub(crate) struct Quiesced<'a> {
+    store: &'a ChunkStore,
+    st: MutexGuard<'a, WriteState>,
+    _gate: RwLockWriteGuard<'a, ()>,
+}
+
+impl Drop for ChunkStore {
+    /// A container closed (engine stop, pool removal) keeps every write it answered.
+    fn drop(&mut self) {
+        drop(self.writes.drain(self.writes.lock()));
+    }
+}
+
+impl ChunkStore {
+    /// A store over `dirs`, whose files are cut in chunks of `chunk_size`, limited by
+    /// `quota` and `budget`, with the `spares` found there.
+    pub fn new(
+        disk: Arc<dyn Disk>,
+        dirs: Vec<PathBuf>,
+        chunk_size: u64,
+        (quota, budget): (Option<u64>, Option<Arc<dyn SpaceBudget>>),
+        spares: Spares,
+    ) -> ChunkStore {
+        ChunkStore {
+            disk,
+            dirs,
+            chunk_size,
+            space: Space::new(quota, budget),
+            writes: Arc::new(Writes::new(WriteState {
+                spares,
+                ..WriteState::default()
+            })),
+            gate: RwLock::new(()),
+        }
+    }
+
+    pub fn chunk_size(&self) -> u64 {
+        self.chunk_size
+    }
+
+    /// Every chunk directory.
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
+    pub fn quota(&self) -> Option<u64> {
+        self.space.quota()
+    }
+
+    pub fn set_quota(&self, quota: Option<u64>) {
+        self.space.set_quota(quota);
+    }
+
+    /// Gives freed bytes back to the pool.
+    pub fn release(&self, freed: u64) {
+        self.space.release(freed);
+    }
+
+    /// The data gate, shared: held by writes from taking their chunk files until their new
+    /// size is recorded, so no truncation or removal comes in between.
+    pub fn in_use(&self) -> RwLockReadGuard<'_, ()> {
+        self.gate.read().expect("data gate")
+    }
+
+    /// Holds every write out, waits for the queued ones to land and drops what was read
+    /// ahead: for changes that cut, remove or link chunk files.
+    pub fn quiesce(&self) -> Quiesced<'_> {
+        let gate = self.gate.write().expect("data gate");
+        let mut st = self.writes.drain(self.writes.lock());
+        st.ahead.clear();
+        Quiesced {
+            store: self,
+            st,
+            _gate: gate,
+        }
+    }
+
+    pub(crate) fn chunk_path(&self, oid: Oid, idx: u64) -> PathBuf {
+        let dirs = &self.dirs;
+        let rank = (oid.wrapping_add(idx) % dirs.len() as u64) as usize;
+        dirs[rank].join(format!("{oid:x}.{idx}"))
+    }
+
+    /// The chunk file, from the cache or the disk; None when it does not exist
+    /// and `create` is not set (a hole).
+    fn chunk(
+        &self,
+        st: &mut WriteState,
+        oid: Oid,
+        idx: u64,
+        create: bool,
+    ) -> DfsResult<Option<Arc<dyn DiskFile>>> {
+        if let Some(f) = st.open.get(&(oid, idx)) {
+            return Ok(Some(f.clone()));
+        }
+        let path = self.chunk_path(oid, idx);
+        let opened = match self.disk.open(&path, false) {
+            Err(e) if create && e.kind() == std::io::ErrorKind::NotFound => {
+                st.mark_dir_dirty(&path);
+                st.spares.create(&*self.disk, &path)
+            }
+            other => other,
+        };
+        match opened {
+            Ok(f) => {
+                if st.open.len() >= MAX_OPEN_CHUNKS {
+                    self.sync_dirty(st, None)?;
+                    st.open.clear();
+                }
+                st.open.insert((oid, idx), f.clone());
+                Ok(Some(f))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The byte ranges of [offset, offset + len) within each chunk: (chunk, offset in it, length).
+    fn pieces(&self, offset: u64, len: u64) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        let cs = self.chunk_size;
+        let end = offset + len;
+        self.chunk_range(offset, len).map(move |idx| {
+            let start = (idx * cs).max(offset);
+            let stop = ((idx + 1) * cs).min(end);
+            (idx, start - idx * cs, stop - start)
+        })
+    }
+
+    /// The chunks [offset, offset + len) touches.
+    fn chunk_range(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
+        offset / self.chunk_size..(offset + len).div_ceil(self.chunk_size)
+    }
+
+    /// Reads `out.len()` bytes of `oid` (a file of `size` bytes) at `offset`, all within the
+    /// file; holes read as zeros. Reads that follow each other have the next chunks read
+    /// ahead.
+    pub fn read(&self, oid: Oid, offset: u64, out: &mut [u8], size: u64) -> DfsResult<usize> {
+        let len = out.len() as u64;
+        // Held while the chunk files are read: none of them becomes a spare meanwhile.
+        let _gate = self.gate.read().expect("data gate");
+        // The lock only guards the chunk cache: reads run side by side.
+        let sources: Vec<_> = {
+            let st = self.writes.lock();
+            let mut guard = self
+                .writes
+                .wait_for(st, oid, self.chunk_range(offset, len), 0);
+            let st = &mut *guard;
+            let sources = self
+                .pieces(offset, len)
+                .map(|(idx, at, n)| {
+                    // Taken by the read that reaches the chunk's end (or the file's).
+                    let last = at + n == self.chunk_size || idx * self.chunk_size + at + n >= size;
+                    let fetched = st.ahead.fetched((oid, idx), last);
+                    let source = match fetched {
+                        Some(f) => Source::Fetched(f),
+                        None => Source::File(self.chunk(st, oid, idx, false)?),
+                    };
+                    Ok((idx, source, at, n))
+                })
+                .collect::<DfsResult<_>>()?;
+            let open = &st.open;
+            st.ahead.after_read(
+                &st.queued,
+                oid,
+                (offset, offset + len),
+                (size, self.chunk_size),
+                |idx| match open.get(&(oid, idx)) {
+                    Some(f) => ChunkAt::Open(f.clone()),
+                    None => ChunkAt::Path(self.disk.clone(), self.chunk_path(oid, idx)),
+                },
+            );
+            sources
+        };
+        let mut done = 0usize;
+        for (idx, source, at, n) in sources {
+            let out = &mut out[done..done + n as usize];
+            done += n as usize;
+            let file = match source {
+                Source::Fetched(f) if copy_fetched(&f, at, out) => continue,
+                // It could not be read ahead: read it here.
+                Source::Fetched(_) => self.chunk(&mut self.writes.lock(), oid, idx, false)?,
+                Source::File(f) => f,
+            };
+            let got = match file {
+                Some(f) => f.read_at(at, out)?,
+                None => 0,
+            };
+            out[got..].fill(0);
+        }
+        Ok(done)
+    }
+
+    /// Takes the chunk files of a write of [offset, offset + len) and reserves the space it
+    /// grows them by, under the writes lock; None for an empty write. Waits for the queued
+    /// writes of its chunks first, so writes to a chunk land in order, and (for a write to be
+    /// queued, of `room` bytes) for room. `recorded` reads the use the superblock records.
+    /// Callers hold [`ChunkStore::in_use`].
+    pub fn start_write(
+        &self,
+        oid: Oid,
+        (offset, len): (u64, u64),
+        room: u64,
+        recorded: impl FnOnce() -> DfsResult<u64>,
+    ) -> DfsResult<Option<ChunkWrite>> {
+        let st = self.writes.lock();
+        if len == 0 {
+            return Ok(None);
+        }
+        let mut st = self
+            .writes
+            .wait_for(st, oid, self.chunk_range(offset, len), room);
+        let mut growth = 0u64;
+        let mut pieces = Vec::new();
+        for (idx, at, n) in self.pieces(offset, len) {
+            let f = self.chunk(&mut st, oid, idx, true)?.expect("created");
+            let f = self.unshare(&mut st, oid, idx, f)?;
+            let promised = st.in_flight.get(&(oid, idx)).map_or(0, |e| e.0);
+            growth += (at + n).saturating_sub(f.size()?.max(promised));
+            pieces.push(WritePiece {
+                idx,
+                file: f,
+                at,
+                len: n,
+            });
+        }
+        self.space.reserve(growth, st.pending_growth, recorded)?;
+        st.pending_growth += growth;
+        for p in &pieces {
+            let e = st.in_flight.entry((oid, p.idx)).or_insert((0, 0));
+            *e = (e.0.max(p.at + p.len), e.1 + 1);
+        }
+        Ok(Some(ChunkWrite { pieces, growth }))
+    }
+
+    /// Ends a write whose bytes moved (or failed to): its chunks are dirty, whatever its
+    /// outcome (bytes may have landed), and its reservation is no longer pending. Callers
+    /// record its growth before, or give it back after.
+    pub fn finish_write(&self, oid: Oid, write: &ChunkWrite) {
+        let mut st = self.writes.lock();
+        st.pending_growth -= write.growth;
+        st.landed(oid, &write.pieces);
+    }
+
+    /// Hands a write whose growth is recorded to an I/O thread, which moves `data` into its
+    /// chunk files (see `write_behind.rs`).
+    pub fn queue_write(&self, oid: Oid, offset: u64, write: ChunkWrite, data: IoBuf) {
+        self.writes
+            .queue(oid, offset, write.pieces, write.growth, data);
+    }
+
+    /// Copy-on-write: a chunk file shared with a snapshot is copied before it
+    /// is changed.
+    fn unshare(
+        &self,
+        st: &mut WriteState,
+        oid: Oid,
+        idx: u64,
+        f: Arc<dyn DiskFile>,
+    ) -> DfsResult<Arc<dyn DiskFile>> {
+        let path = self.chunk_path(oid, idx);
+        if !self.disk.is_shared(&path)? {
+            return Ok(f);
+        }
+        let mut bytes = vec![0; f.size()? as usize];
+        f.read_at(0, &mut bytes)?;
+        self.disk.remove(&path)?;
+        let copy = st.spares.create(&*self.disk, &path)?;
+        copy.write_at(0, &bytes)?;
+        st.open.insert((oid, idx), copy.clone());
+        st.dirty.insert((oid, idx));
+        st.mark_dir_dirty(&path);
+        Ok(copy)
+    }
+
+    /// Syncs the written chunks (of one object, or all).
+    fn sync_dirty(&self, st: &mut WriteState, only: Option<Oid>) -> DfsResult<()> {
+        let chunks: Vec<(Oid, u64)> = st
+            .dirty
+            .iter()
+            .copied()
+            .filter(|(o, _)| only.is_none_or(|x| x == *o))
+            .collect();
+        for key in chunks {
+            if let Some(f) = st.open.get(&key) {
+                f.sync()?;
+            }
+            st.dirty.remove(&key);
+        }
+        Ok(())
+    }
+
+    /// Syncs the directories whose entries changed (new, copied or removed chunk files).
+    fn sync_dirs(&self, st: &mut WriteState) -> DfsResult<()> {
+        for dir in std::mem::take(&mut st.dirty_dirs) {
+            self.disk.sync_dir(&dir)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the object's data durable: its chunk files, then the chunk directories whose
+    /// entries changed. Queued writes land first; EIO if one of this object's failed.
+    pub fn sync_object(&self, oid: Oid) -> DfsResult<()> {
+        let mut st = self.writes.drain(self.writes.lock());
+        st.queued.take_failure(oid)?;
+        self.sync_dirty(&mut st, Some(oid))?;
+        self.sync_dirs(&mut st)
+    }
+
+    /// Whether chunk `key` has been read ahead and is waiting in memory.
+    #[cfg(test)]
+    pub(crate) fn holds_read_ahead(&self, key: (Oid, u64)) -> bool {
+        self.writes.lock().ahead.holds(key)
+    }
+}
+
+impl Quiesced<'_> {
+    /// Frees the data of [new_size, old_size) of `oid`: whole chunks are retired (kept as
+    /// spares or removed), the chunk holding the new end is cut (after unsharing it, so a
+    /// snapshot keeps its bytes). Returns the bytes freed.
+    pub fn cut(&mut self, oid: Oid, new_size: u64, old_size: u64) -> DfsResult<u64> {
+        let store = self.store;
+        let st = &mut *self.st;
+        let cs = store.chunk_size;
+        let mut freed = 0;
+        for idx in new_size / cs..old_size.div_ceil(cs) {
+            let Some(f) = store.chunk(st, oid, idx, false)? else {
+                continue;
+            };
+            let keep = new_size.saturating_sub(idx * cs).min(cs);
+            let len = f.size()?;
+            if keep == 0 {
+                let path = store.chunk_path(oid, idx);
+                st.spares.retire(&*store.disk, &path, &*f)?;
+                st.mark_dir_dirty(&path);
+                freed += len;
+            } else if len > keep {
+                let f = store.unshare(st, oid, idx, f)?;
+                f.set_len(keep)?;
+                st.dirty.insert((oid, idx));
+                freed += len - keep;
+            }
+        }
+        let kept = new_size.div_ceil(cs);
+        st.open.retain(|(o, i), _| *o != oid || *i < kept);
+        st.dirty.retain(|(o, i)| *o != oid || *i < kept);
+        Ok(freed)
+    }
+
+    /// Makes every chunk written so far durable, and the directories whose entries changed.
+    pub fn sync_all(&mut self) -> DfsResult<()> {
+        self.store.sync_dirty(&mut self.st, None)?;
+        self.store.sync_dirs(&mut self.st)
+    }
+
+    /// Hard-links every chunk file into `targets` (one per chunk directory, in order) for a
+    /// snapshot or clone: shared until either side changes a chunk, which copies it first.
+    /// Spares are never linked; neither is `skip` (the metadata store, which lives in the
+    /// first chunk directory).
+    pub fn link_into(&self, targets: &[PathBuf], skip: &Path) -> DfsResult<()> {
+        let disk = &self.store.disk;
+        for (from, to) in self.store.dirs.iter().zip(targets) {
+            for path in disk.list(from)? {
+                if path != skip
+                    && !spares::is_spares_dir(&path)
+                    && let Some(name) = path.file_name()
+                {
+                    disk.link(&path, &to.join(name))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

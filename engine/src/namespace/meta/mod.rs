@@ -1,0 +1,306 @@
+//! The metadata store of a namespace: inodes, directory entries, symlink targets, extended
+//! attributes and the superblock, in one embedded transactional store (redb) per container.
+//!
+//! Every change is one transaction committed without forcing the disk;
+//! [`MetaStore::commit_durably`] (fsync) makes it and every earlier one durable at once, since
+//! redb orders commits.
+//!
+//! | table | key → value | DFS counterpart |
+//! |---|---|---|
+//! | `inodes` | oid → packed inode | the inode record in the parent entry |
+//! | `entries` | (directory, hash of name, name) → oid | a dkey per entry of the directory object |
+//! | `symlinks` | oid → target | akey `DFS_SLINK` |
+//! | `xattrs` | (oid, name) → value | akeys `x:<name>` |
+//! | `super` | `next_oid`, `used_bytes`, `chunk_size` | the superblock object |
+//!
+//! This file holds the store, its transactions and the object reads; names are in
+//! `entries.rs` (lookup, listings) and `names.rs` (create, remove, rename), attributes in
+//! `xattrs.rs`.
+
+mod entries;
+mod names;
+mod xattrs;
+
+#[cfg(test)]
+mod tests;
+
+pub use entries::{DirEntry, DirPage, name_hash};
+pub(crate) use names::name_ok;
+pub use names::{NAME_MAX, SYMLINK_MAX};
+pub use xattrs::{XATTR_VALUE_MAX, XattrSet};
+
+use super::disk::{Disk, RedbFile};
+use super::error::{DfsResult, Errno, err};
+use super::inode::{Inode, Oid, ROOT, S_IFDIR, Time};
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
+    WriteTransaction,
+};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
+/// (directory, hash of the name, name) → object: a directory's entries are keys of its
+/// object, ordered by the hash that is also their readdir cookie (see `entries.rs`).
+const ENTRIES: TableDefinition<(u64, u64, &str), u64> = TableDefinition::new("entries");
+const SYMLINKS: TableDefinition<u64, &str> = TableDefinition::new("symlinks");
+const XATTRS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("xattrs");
+/// The superblock, as DFS's SB object: counters and the layout fixed at creation.
+const SUPER: TableDefinition<&str, u64> = TableDefinition::new("super");
+const NEXT_OID: &str = "next_oid";
+const USED_BYTES: &str = "used_bytes";
+const CHUNK_SIZE: &str = "chunk_size";
+
+/// The inode of `oid`; ESTALE when the object is gone (oids are never reused).
+fn get_inode<T: ReadableTable<u64, &'static [u8]>>(t: &T, oid: Oid) -> DfsResult<Inode> {
+    let raw = t
+        .get(oid)?
+        .ok_or_else(|| err(Errno::Stale, format!("object {oid:#x} does not exist")))?;
+    Inode::decode(oid, raw.value())
+        .ok_or_else(|| err(Errno::Io, format!("object {oid:#x} has a corrupt inode")))
+}
+
+/// The inode of a directory; ENOTDIR for anything else.
+fn get_dir<T: ReadableTable<u64, &'static [u8]>>(t: &T, oid: Oid) -> DfsResult<Inode> {
+    let ino = get_inode(t, oid)?;
+    if !ino.is_dir() {
+        return Err(err(
+            Errno::NotDir,
+            format!("object {oid:#x} is not a directory"),
+        ));
+    }
+    Ok(ino)
+}
+
+/// Writes an inode back.
+fn put_inode(tx: &WriteTransaction, ino: &Inode) -> DfsResult<()> {
+    tx.open_table(INODES)?
+        .insert(ino.oid, ino.encode().as_slice())?;
+    Ok(())
+}
+
+/// Adds `delta` to the count of data bytes.
+fn adjust_used(tx: &WriteTransaction, delta: i64) -> DfsResult<()> {
+    let mut sup = tx.open_table(SUPER)?;
+    let used = sup.get(USED_BYTES)?.map_or(0, |v| v.value());
+    sup.insert(USED_BYTES, used.saturating_add_signed(delta))?;
+    Ok(())
+}
+
+/// One container's metadata store.
+#[derive(Debug)]
+pub(crate) struct MetaStore {
+    disk: Arc<dyn Disk>,
+    db: Database,
+    path: PathBuf,
+    /// A snapshot's: every change fails with EROFS.
+    read_only: bool,
+}
+
+/// A change in progress, for what the namespace does across both stores in one transaction
+/// (a truncation cuts chunk files and records the new size and use together).
+pub(crate) struct MetaTx<'a>(&'a WriteTransaction);
+
+impl std::fmt::Debug for MetaTx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetaTx")
+    }
+}
+
+impl MetaTx<'_> {
+    /// The inode of `oid`; ESTALE when it is gone.
+    pub fn inode(&self, oid: Oid) -> DfsResult<Inode> {
+        get_inode(&self.0.open_table(INODES)?, oid)
+    }
+
+    pub fn put_inode(&self, ino: &Inode) -> DfsResult<()> {
+        put_inode(self.0, ino)
+    }
+
+    /// Adds `delta` to the namespace's count of data bytes.
+    pub fn adjust_used(&self, delta: i64) -> DfsResult<()> {
+        adjust_used(self.0, delta)
+    }
+}
+
+impl MetaStore {
+    /// Opens (or creates) the store at `path`; [`MetaStore::init`] lays out a new one.
+    pub fn open(disk: Arc<dyn Disk>, path: &Path, read_only: bool) -> DfsResult<MetaStore> {
+        let file = disk.open(path, true)?;
+        if let Some(dir) = path.parent() {
+            disk.sync_dir(dir)?;
+        }
+        let db = Database::builder().create_with_backend(RedbFile(file))?;
+        Ok(MetaStore {
+            disk,
+            db,
+            path: path.to_path_buf(),
+            read_only,
+        })
+    }
+
+    /// Creates the root and the superblock of a new store; returns the chunk size the
+    /// superblock records (`chunk_size` for a new one: chunk files are cut by it for good).
+    pub fn init(&self, chunk_size: u64) -> DfsResult<u64> {
+        let mut tx = self.db.begin_write()?;
+        // The superblock must be durable before any data is laid out by it.
+        tx.set_durability(Durability::Immediate)?;
+        let recorded;
+        {
+            let mut inodes = tx.open_table(INODES)?;
+            let mut sup = tx.open_table(SUPER)?;
+            if inodes.get(ROOT)?.is_none() {
+                let now = Time::now();
+                let root = Inode {
+                    oid: ROOT,
+                    mode: S_IFDIR | 0o755,
+                    uid: 0,
+                    gid: 0,
+                    size: 0,
+                    atime: now,
+                    mtime: now,
+                    ctime: now,
+                    parent: ROOT,
+                };
+                inodes.insert(ROOT, root.encode().as_slice())?;
+                sup.insert(NEXT_OID, ROOT + 1)?;
+            }
+            let stored = sup.get(CHUNK_SIZE)?.map(|v| v.value());
+            recorded = match stored {
+                Some(cs) => cs,
+                None => {
+                    sup.insert(CHUNK_SIZE, chunk_size)?;
+                    chunk_size
+                }
+            };
+            tx.open_table(ENTRIES)?;
+            tx.open_table(SYMLINKS)?;
+            tx.open_table(XATTRS)?;
+        }
+        tx.commit()?;
+        Ok(recorded)
+    }
+
+    /// The store's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether every change fails with EROFS (a snapshot's store).
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// EROFS for a snapshot's store.
+    pub fn writable(&self) -> DfsResult<()> {
+        if self.read_only {
+            return Err(err(Errno::RoFs, "a snapshot is read-only"));
+        }
+        Ok(())
+    }
+
+    /// Runs `f` in a write transaction committed without forcing the disk; EROFS for a
+    /// snapshot's store.
+    pub fn update<T>(&self, f: impl FnOnce(&MetaTx<'_>) -> DfsResult<T>) -> DfsResult<T> {
+        self.transact(|tx| f(&MetaTx(tx)))
+    }
+
+    fn transact<T>(&self, f: impl FnOnce(&WriteTransaction) -> DfsResult<T>) -> DfsResult<T> {
+        self.writable()?;
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(Durability::None)?;
+        match f(&tx) {
+            Ok(v) => {
+                tx.commit()?;
+                Ok(v)
+            }
+            Err(e) => {
+                tx.abort()?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Makes every change so far durable.
+    pub fn commit_durably(&self) -> DfsResult<()> {
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(Durability::Immediate)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Writes a durable point-in-time copy of the store to `target` (for a snapshot or a
+    /// clone). Every earlier change is made durable first; metadata writers are held off
+    /// while the file is copied.
+    pub fn copy_to(&self, target: &Path) -> DfsResult<()> {
+        self.commit_durably()?;
+        // An open write transaction holds every metadata writer off while the
+        // store is copied; it is aborted, never committed.
+        let hold = self.db.begin_write()?;
+        let src = self.disk.open(&self.path, false)?;
+        let mut bytes = vec![0; src.size()? as usize];
+        src.read_at(0, &mut bytes)?;
+        let dst = self.disk.open(target, true)?;
+        dst.set_len(0)?;
+        dst.write_at(0, &bytes)?;
+        dst.sync()?;
+        hold.abort()?;
+        Ok(())
+    }
+
+    pub fn getattr(&self, oid: Oid) -> DfsResult<Inode> {
+        get_inode(&self.db.begin_read()?.open_table(INODES)?, oid)
+    }
+
+    /// The inode of `oid` if it is a regular file; EISDIR for a directory, EINVAL otherwise
+    /// (`what` names the refused operation).
+    pub fn regular_file(&self, oid: Oid, what: &str) -> DfsResult<Inode> {
+        let ino = self.getattr(oid)?;
+        if !ino.is_file() {
+            let errno = if ino.is_dir() {
+                Errno::IsDir
+            } else {
+                Errno::Inval
+            };
+            return Err(err(errno, format!("can only {what} regular files")));
+        }
+        Ok(ino)
+    }
+
+    pub fn readlink(&self, oid: Oid) -> DfsResult<String> {
+        let tx = self.db.begin_read()?;
+        get_inode(&tx.open_table(INODES)?, oid)?;
+        let target = tx
+            .open_table(SYMLINKS)?
+            .get(oid)?
+            .map(|v| v.value().to_string());
+        target.ok_or_else(|| err(Errno::Inval, format!("object {oid:#x} is not a symlink")))
+    }
+
+    /// Records a write: the size (at least `end`), the times, and `growth` more data bytes.
+    pub fn record_write(&self, oid: Oid, end: u64, growth: u64) -> DfsResult<()> {
+        self.transact(|tx| {
+            let mut ino = get_inode(&tx.open_table(INODES)?, oid)?;
+            ino.size = ino.size.max(end);
+            let now = Time::now();
+            ino.mtime = now;
+            ino.ctime = now;
+            put_inode(tx, &ino)?;
+            adjust_used(tx, growth as i64)
+        })
+    }
+
+    /// Data bytes held by the namespace's files, as last recorded.
+    pub fn used(&self) -> DfsResult<u64> {
+        let tx = self.db.begin_read()?;
+        Ok(tx
+            .open_table(SUPER)?
+            .get(USED_BYTES)?
+            .map_or(0, |v| v.value()))
+    }
+
+    /// Objects in the namespace (statfs's files).
+    pub fn objects(&self) -> DfsResult<u64> {
+        Ok(self.db.begin_read()?.open_table(INODES)?.len()?)
+    }
+}

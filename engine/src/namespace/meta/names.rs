@@ -1,0 +1,244 @@
+//! Creating, removing and renaming entries, each in one transaction. DFS has no hard links,
+//! so an object goes with its only entry: its inode, symlink target and attributes in the
+//! same transaction, and its data through the caller's `free_data`, which cuts the chunk
+//! files and says how many bytes that gave back (counted here, with the rest).
+
+use super::entries::{entry_key, has_entries};
+use super::{ENTRIES, INODES, MetaStore, NEXT_OID, SUPER, SYMLINKS, adjust_used};
+use super::{get_dir, get_inode, put_inode};
+use crate::namespace::error::{DfsResult, Errno, err};
+use crate::namespace::inode::{Inode, Oid, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, Time};
+use redb::{ReadableTable, WriteTransaction};
+
+/// Longest entry name (NAME_MAX).
+pub const NAME_MAX: usize = 255;
+/// Longest symlink target (PATH_MAX less its NUL).
+pub const SYMLINK_MAX: usize = 4095;
+
+/// EINVAL for a name that is not one path component, ENAMETOOLONG past [`NAME_MAX`].
+pub(crate) fn name_ok(name: &str) -> DfsResult<()> {
+    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+        return Err(err(Errno::Inval, format!("invalid entry name {name:?}")));
+    }
+    if name.len() > NAME_MAX {
+        return Err(err(
+            Errno::NameTooLong,
+            format!("entry name of {} bytes", name.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// The inode an entry names, within a transaction.
+fn entry(tx: &WriteTransaction, dir: Oid, name: &str) -> DfsResult<Inode> {
+    let inodes = tx.open_table(INODES)?;
+    get_dir(&inodes, dir)?;
+    let oid = tx
+        .open_table(ENTRIES)?
+        .get(entry_key(dir, name))?
+        .map(|v| v.value());
+    let oid = oid.ok_or_else(|| err(Errno::NoEnt, format!("{name:?} not found")))?;
+    get_inode(&inodes, oid)
+}
+
+/// Deletes an object that is about to lose its only entry: its data (through `free_data`),
+/// inode, symlink target and xattrs. Directories must be empty. Returns the data bytes
+/// freed.
+fn drop_object(
+    tx: &WriteTransaction,
+    ino: &Inode,
+    free_data: &mut dyn FnMut(&Inode) -> DfsResult<u64>,
+) -> DfsResult<u64> {
+    if ino.is_dir() && has_entries(tx, ino.oid)? {
+        return Err(err(
+            Errno::NotEmpty,
+            format!("directory {:#x} is not empty", ino.oid),
+        ));
+    }
+    let mut freed = 0;
+    if ino.is_file() {
+        freed = free_data(ino)?;
+        adjust_used(tx, -(freed as i64))?;
+    }
+    tx.open_table(INODES)?.remove(ino.oid)?;
+    tx.open_table(SYMLINKS)?.remove(ino.oid)?;
+    super::xattrs::drop_all(tx, ino.oid)?;
+    Ok(freed)
+}
+
+/// Sets a directory's mtime and ctime: its entries changed.
+fn touch(tx: &WriteTransaction, oid: Oid) -> DfsResult<()> {
+    let mut ino = get_inode(&tx.open_table(INODES)?, oid)?;
+    let now = Time::now();
+    ino.mtime = now;
+    ino.ctime = now;
+    put_inode(tx, &ino)
+}
+
+/// Whether `dir` is `ancestor` or lies below it.
+fn is_ancestor(tx: &WriteTransaction, ancestor: Oid, mut dir: Oid) -> DfsResult<bool> {
+    let inodes = tx.open_table(INODES)?;
+    loop {
+        if dir == ancestor {
+            return Ok(true);
+        }
+        if dir == ROOT {
+            return Ok(false);
+        }
+        dir = get_inode(&inodes, dir)?.parent;
+    }
+}
+
+impl MetaStore {
+    /// Creates a regular file, directory or symlink in `dir`.
+    fn make(
+        &self,
+        dir: Oid,
+        name: &str,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        target: Option<&str>,
+    ) -> DfsResult<Inode> {
+        name_ok(name)?;
+        self.transact(|tx| {
+            let mut parent = get_dir(&tx.open_table(INODES)?, dir)?;
+            let mut entries = tx.open_table(ENTRIES)?;
+            if entries.get(entry_key(dir, name))?.is_some() {
+                return Err(err(Errno::Exist, format!("{name:?} exists")));
+            }
+            let mut sup = tx.open_table(SUPER)?;
+            let oid = sup.get(NEXT_OID)?.map_or(ROOT + 1, |v| v.value());
+            sup.insert(NEXT_OID, oid + 1)?;
+            let now = Time::now();
+            let ino = Inode {
+                oid,
+                mode,
+                uid,
+                gid,
+                size: target.map_or(0, |t| t.len() as u64),
+                atime: now,
+                mtime: now,
+                ctime: now,
+                parent: dir,
+            };
+            put_inode(tx, &ino)?;
+            entries.insert(entry_key(dir, name), oid)?;
+            if let Some(t) = target {
+                tx.open_table(SYMLINKS)?.insert(oid, t)?;
+            }
+            parent.mtime = now;
+            parent.ctime = now;
+            put_inode(tx, &parent)?;
+            Ok(ino)
+        })
+    }
+
+    /// Creates a regular file; EEXIST if the name is taken.
+    pub fn create(&self, dir: Oid, name: &str, perm: u32, uid: u32, gid: u32) -> DfsResult<Inode> {
+        self.make(dir, name, S_IFREG | (perm & !S_IFMT), uid, gid, None)
+    }
+
+    pub fn mkdir(&self, dir: Oid, name: &str, perm: u32, uid: u32, gid: u32) -> DfsResult<Inode> {
+        self.make(dir, name, S_IFDIR | (perm & !S_IFMT), uid, gid, None)
+    }
+
+    pub fn symlink(
+        &self,
+        dir: Oid,
+        name: &str,
+        target: &str,
+        uid: u32,
+        gid: u32,
+    ) -> DfsResult<Inode> {
+        if target.is_empty() {
+            return Err(err(Errno::NoEnt, "empty symlink target"));
+        }
+        if target.len() > SYMLINK_MAX || target.contains('\0') {
+            let errno = if target.contains('\0') {
+                Errno::Inval
+            } else {
+                Errno::NameTooLong
+            };
+            return Err(err(errno, "symlink target too long or with a NUL"));
+        }
+        self.make(dir, name, S_IFLNK | 0o777, uid, gid, Some(target))
+    }
+
+    /// Removes entry `name` of `dir` with its object: a directory (`want_dir`, and then
+    /// only an empty one) or anything else. Returns the data bytes freed. The name was
+    /// checked by the caller.
+    pub fn remove_entry(
+        &self,
+        dir: Oid,
+        name: &str,
+        want_dir: bool,
+        mut free_data: impl FnMut(&Inode) -> DfsResult<u64>,
+    ) -> DfsResult<u64> {
+        self.transact(|tx| {
+            let victim = entry(tx, dir, name)?;
+            match (want_dir, victim.is_dir()) {
+                (true, false) => {
+                    return Err(err(Errno::NotDir, format!("{name:?} is not a directory")));
+                }
+                (false, true) => return Err(err(Errno::IsDir, format!("{name:?} is a directory"))),
+                _ => {}
+            }
+            let freed = drop_object(tx, &victim, &mut free_data)?;
+            tx.open_table(ENTRIES)?.remove(entry_key(dir, name))?;
+            touch(tx, dir)?;
+            Ok(freed)
+        })
+    }
+
+    /// Renames atomically, replacing the target as rename(2) does; `noreplace` gives
+    /// EEXIST instead. Returns the data bytes a replaced file freed. The names were checked
+    /// by the caller.
+    pub fn rename(
+        &self,
+        (from_dir, from): (Oid, &str),
+        (to_dir, to): (Oid, &str),
+        noreplace: bool,
+        mut free_data: impl FnMut(&Inode) -> DfsResult<u64>,
+    ) -> DfsResult<u64> {
+        self.transact(|tx| {
+            let mut moving = entry(tx, from_dir, from)?;
+            get_dir(&tx.open_table(INODES)?, to_dir)?;
+            if moving.is_dir() && is_ancestor(tx, moving.oid, to_dir)? {
+                return Err(err(Errno::Inval, "cannot move a directory into itself"));
+            }
+            let mut freed = 0;
+            match entry(tx, to_dir, to) {
+                // As renameat2: NOREPLACE refuses any existing target, itself included.
+                Ok(_) if noreplace => return Err(err(Errno::Exist, format!("{to:?} exists"))),
+                Ok(existing) if existing.oid == moving.oid => return Ok(0),
+                Ok(existing) => {
+                    match (moving.is_dir(), existing.is_dir()) {
+                        (true, false) => {
+                            return Err(err(Errno::NotDir, format!("{to:?} is not a directory")));
+                        }
+                        (false, true) => {
+                            return Err(err(Errno::IsDir, format!("{to:?} is a directory")));
+                        }
+                        _ => {}
+                    }
+                    freed = drop_object(tx, &existing, &mut free_data)?;
+                }
+                Err(e) if e.errno == Errno::NoEnt => {}
+                Err(e) => return Err(e),
+            }
+            let mut entries = tx.open_table(ENTRIES)?;
+            entries.remove(entry_key(from_dir, from))?;
+            entries.insert(entry_key(to_dir, to), moving.oid)?;
+            drop(entries);
+            moving.parent = to_dir;
+            moving.ctime = Time::now();
+            put_inode(tx, &moving)?;
+            touch(tx, from_dir)?;
+            if to_dir != from_dir {
+                touch(tx, to_dir)?;
+            }
+            Ok(freed)
+        })
+    }
+}

@@ -1,0 +1,440 @@
+//! DFS on the engine: a POSIX namespace per container with DAOS's DFS semantics (directories
+//! as objects, entries as keys, files in chunks, no hard links).
+//!
+//! A [`Namespace`] is composed of two stores it coordinates:
+//! - the metadata store (`meta/`): inodes, directory entries, symlink targets, extended
+//!   attributes and the superblock, in one embedded transactional store per container;
+//! - the chunk store (`chunks/`): file data in chunk files spread over the pool's ranks,
+//!   recycled chunk files, space accounting, queued writes and read-ahead.
+//!
+//! Operations that touch both (write, truncate, remove, rename over a file, fsync, snapshot)
+//! are ordered here. Durability follows POSIX: operations commit without forcing the disk;
+//! `fsync` syncs the object's written chunk files, then the chunk directories whose entries
+//! changed, then commits the metadata durably, which also persists every earlier metadata
+//! change (redb orders commits).
+
+mod chunks;
+pub mod disk;
+mod error;
+pub mod inode;
+mod iobuf;
+mod meta;
+#[cfg(test)]
+mod sim_disk;
+
+#[cfg(test)]
+mod tests;
+
+pub use chunks::{SpaceBudget, StatFs};
+pub use disk::{Disk, RealDisk};
+pub use error::{DfsError, DfsResult, Errno};
+pub use inode::{Inode, Oid, ROOT, Time};
+pub use iobuf::IoBuf;
+pub use meta::{DirEntry, DirPage, NAME_MAX, SYMLINK_MAX, XATTR_VALUE_MAX, XattrSet, name_hash};
+
+use chunks::{ChunkStore, ChunkWrite, Spares, check_end};
+use error::err;
+use inode::S_IFMT;
+use meta::{MetaStore, name_ok};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// How a namespace is laid out.
+#[derive(Debug, Clone)]
+pub struct NamespaceConfig {
+    /// The metadata store.
+    pub meta_path: PathBuf,
+    /// One chunk directory per rank of the pool; chunks are spread over them.
+    pub chunk_dirs: Vec<PathBuf>,
+    /// Bytes per chunk of a new namespace (DFS default 1 MiB). An existing namespace keeps
+    /// the size its superblock recorded at creation: its chunk files are cut that way.
+    pub chunk_size: u64,
+    /// Capacity limit of the container (a dpufs engine extension); None for none.
+    pub quota: Option<u64>,
+    /// A snapshot: every change fails with EROFS.
+    pub read_only: bool,
+    /// Space shared with the pool's other containers; None when only the quota limits.
+    pub budget: Option<Arc<dyn SpaceBudget>>,
+}
+
+/// Attribute changes; None leaves a field alone.
+#[derive(Debug, Clone, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<Time>,
+    pub mtime: Option<Time>,
+}
+
+/// One container's namespace (or one snapshot's, read-only).
+#[derive(Debug)]
+pub struct Namespace {
+    // Dropped first: closing the chunk store waits for the writes it answered.
+    chunks: ChunkStore,
+    meta: MetaStore,
+    disk: Arc<dyn Disk>,
+}
+
+impl Namespace {
+    /// Opens (or creates, with a root directory) the namespace.
+    pub fn open(disk: Arc<dyn Disk>, cfg: NamespaceConfig) -> DfsResult<Namespace> {
+        if cfg.chunk_dirs.is_empty() || cfg.chunk_size == 0 {
+            return Err(err(
+                Errno::Inval,
+                "a namespace needs chunk directories and a chunk size",
+            ));
+        }
+        let meta = MetaStore::open(disk.clone(), &cfg.meta_path, cfg.read_only)?;
+        // A snapshot changes nothing, and has no spares: they are never linked into one.
+        let spares = if cfg.read_only {
+            Spares::default()
+        } else {
+            Spares::adopt(&*disk, &cfg.chunk_dirs)?
+        };
+        let chunk_size = meta.init(cfg.chunk_size)?;
+        let chunks = ChunkStore::new(
+            disk.clone(),
+            cfg.chunk_dirs,
+            chunk_size,
+            (cfg.quota, cfg.budget),
+            spares,
+        );
+        Ok(Namespace { chunks, meta, disk })
+    }
+
+    /// Bytes per chunk of this namespace's files.
+    pub fn chunk_size(&self) -> u64 {
+        self.chunks.chunk_size()
+    }
+
+    /// Whether every change fails with EROFS (a snapshot).
+    pub fn read_only(&self) -> bool {
+        self.meta.read_only()
+    }
+
+    /// Every chunk directory of this namespace.
+    pub fn chunk_dirs(&self) -> &[PathBuf] {
+        self.chunks.dirs()
+    }
+
+    /// The metadata store's path.
+    pub fn meta_path(&self) -> &Path {
+        self.meta.path()
+    }
+
+    /// The object an entry names.
+    pub fn lookup(&self, dir: Oid, name: &str) -> DfsResult<Inode> {
+        self.meta.lookup(dir, name)
+    }
+
+    pub fn getattr(&self, oid: Oid) -> DfsResult<Inode> {
+        self.meta.getattr(oid)
+    }
+
+    /// Checks that `oid` can be opened (for writing, if `write`).
+    pub fn open_object(&self, oid: Oid, write: bool) -> DfsResult<Inode> {
+        let ino = self.getattr(oid)?;
+        match ino.mode & S_IFMT {
+            inode::S_IFLNK => Err(err(Errno::Loop, "cannot open a symlink")),
+            inode::S_IFDIR if write => Err(err(Errno::IsDir, "cannot write a directory")),
+            _ if write => self.meta.writable().map(|()| ino),
+            _ => Ok(ino),
+        }
+    }
+
+    /// Creates a regular file; EEXIST if the name is taken.
+    pub fn create(&self, dir: Oid, name: &str, perm: u32, uid: u32, gid: u32) -> DfsResult<Inode> {
+        self.meta.create(dir, name, perm, uid, gid)
+    }
+
+    pub fn mkdir(&self, dir: Oid, name: &str, perm: u32, uid: u32, gid: u32) -> DfsResult<Inode> {
+        self.meta.mkdir(dir, name, perm, uid, gid)
+    }
+
+    pub fn symlink(
+        &self,
+        dir: Oid,
+        name: &str,
+        target: &str,
+        uid: u32,
+        gid: u32,
+    ) -> DfsResult<Inode> {
+        self.meta.symlink(dir, name, target, uid, gid)
+    }
+
+    pub fn readlink(&self, oid: Oid) -> DfsResult<String> {
+        self.meta.readlink(oid)
+    }
+
+    /// Up to `max` entries of `dir` after `cookie` (0 starts at the beginning), more only
+    /// to finish a run of equal hashes.
+    pub fn readdir(&self, dir: Oid, cookie: u64, max: usize) -> DfsResult<DirPage> {
+        self.meta.readdir(dir, cookie, max)
+    }
+
+    /// Changes attributes; a size change truncates or extends (sparse).
+    pub fn setattr(&self, oid: Oid, set: SetAttr) -> DfsResult<Inode> {
+        let mut held = self.chunks.quiesce();
+        let (ino, freed) = self.meta.update(|tx| {
+            let mut ino = tx.inode(oid)?;
+            let now = Time::now();
+            let mut freed = 0;
+            if let Some(size) = set.size {
+                if !ino.is_file() {
+                    let errno = if ino.is_dir() {
+                        Errno::IsDir
+                    } else {
+                        Errno::Inval
+                    };
+                    return Err(err(errno, "only files have a size to set"));
+                }
+                check_end(size, 0)?;
+                if size < ino.size {
+                    freed = held.cut(oid, size, ino.size)?;
+                    tx.adjust_used(-(freed as i64))?;
+                }
+                ino.size = size;
+                ino.mtime = now;
+            }
+            if let Some(mode) = set.mode {
+                ino.mode = (ino.mode & S_IFMT) | (mode & !S_IFMT);
+            }
+            ino.uid = set.uid.unwrap_or(ino.uid);
+            ino.gid = set.gid.unwrap_or(ino.gid);
+            ino.atime = set.atime.unwrap_or(ino.atime);
+            ino.mtime = set.mtime.unwrap_or(ino.mtime);
+            ino.ctime = now;
+            tx.put_inode(&ino)?;
+            Ok((ino, freed))
+        })?;
+        self.chunks.release(freed);
+        Ok(ino)
+    }
+
+    /// Removes a file or symlink entry and its data.
+    pub fn unlink(&self, dir: Oid, name: &str) -> DfsResult<()> {
+        self.remove_entry(dir, name, false)
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, dir: Oid, name: &str) -> DfsResult<()> {
+        self.remove_entry(dir, name, true)
+    }
+
+    fn remove_entry(&self, dir: Oid, name: &str, want_dir: bool) -> DfsResult<()> {
+        name_ok(name)?;
+        let mut held = self.chunks.quiesce();
+        let freed = self
+            .meta
+            .remove_entry(dir, name, want_dir, |ino| held.cut(ino.oid, 0, ino.size))?;
+        self.chunks.release(freed);
+        Ok(())
+    }
+
+    /// Renames atomically, replacing the target as rename(2) does;
+    /// `noreplace` gives EEXIST instead.
+    pub fn rename(
+        &self,
+        from_dir: Oid,
+        from: &str,
+        to_dir: Oid,
+        to: &str,
+        noreplace: bool,
+    ) -> DfsResult<()> {
+        name_ok(from)?;
+        name_ok(to)?;
+        let mut held = self.chunks.quiesce();
+        let freed = self
+            .meta
+            .rename((from_dir, from), (to_dir, to), noreplace, |ino| {
+                held.cut(ino.oid, 0, ino.size)
+            })?;
+        self.chunks.release(freed);
+        Ok(())
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; holes read as zeros.
+    pub fn read(&self, oid: Oid, offset: u64, buf: &mut [u8]) -> DfsResult<usize> {
+        let ino = self.meta.regular_file(oid, "read")?;
+        let len = (buf.len() as u64).min(ino.size.saturating_sub(offset));
+        self.chunks
+            .read(oid, offset, &mut buf[..len as usize], ino.size)
+    }
+
+    /// Writes `data` at `offset`. Space is taken from the quota and the pool before
+    /// anything is written, so a full container or pool loses nothing it had.
+    pub fn write(&self, oid: Oid, offset: u64, data: &[u8]) -> DfsResult<()> {
+        self.meta.writable()?;
+        let end = check_end(offset, data.len() as u64)?;
+        let _in_use = self.chunks.in_use();
+        self.change_chunks(oid, (offset, data.len() as u64), end, |w| w.write(data))
+    }
+
+    /// Writes `data` at `offset` like [`Namespace::write`], but answers once the write is
+    /// queued for the disk: its space reserved and its size recorded (see the chunk store's
+    /// write-behind).
+    pub fn write_behind(&self, oid: Oid, offset: u64, data: IoBuf) -> DfsResult<()> {
+        self.meta.writable()?;
+        let len = data.len() as u64;
+        let end = check_end(offset, len)?;
+        let _in_use = self.chunks.in_use();
+        let Some(write) = self.start_write(oid, (offset, len), len)? else {
+            return Ok(());
+        };
+        if let Err(e) = self.meta.record_write(oid, end, write.growth()) {
+            self.chunks.finish_write(oid, &write);
+            self.chunks.release(write.growth());
+            return Err(e);
+        }
+        self.chunks.queue_write(oid, offset, write, data);
+        Ok(())
+    }
+
+    /// Takes the space of [offset, offset + len) now (fallocate(2) modes 0 and KEEP_SIZE):
+    /// the chunk files get their blocks, so later writes there neither fail for space nor
+    /// wait for the file system to allocate. Extends the size to the end unless `keep_size`.
+    pub fn allocate(&self, oid: Oid, offset: u64, len: u64, keep_size: bool) -> DfsResult<()> {
+        self.meta.writable()?;
+        let end = check_end(offset, len)?;
+        // Held from the size check on, so no truncation slips in between.
+        let _in_use = self.chunks.in_use();
+        let size = self.meta.regular_file(oid, "allocate")?.size;
+        // With KEEP_SIZE nothing past the end is reserved: truncation and removal cut chunk
+        // files only up to the size, so a chunk file beyond it would leak.
+        let (stop, new_end) = if keep_size {
+            (end.min(size), 0)
+        } else {
+            (end, end)
+        };
+        if stop <= offset {
+            return Ok(());
+        }
+        self.change_chunks(oid, (offset, stop - offset), new_end, |w| w.allocate())
+    }
+
+    /// Takes the chunk files of a write to regular file `oid` and reserves its space.
+    fn start_write(&self, oid: Oid, range: (u64, u64), room: u64) -> DfsResult<Option<ChunkWrite>> {
+        self.meta.regular_file(oid, "write")?;
+        self.chunks
+            .start_write(oid, range, room, || self.meta.used())
+    }
+
+    /// Applies `apply` to the chunks of [offset, offset + len) after reserving the space they
+    /// grow by; then records a size of at least `new_end`, the times and the space used.
+    /// Callers hold the chunk store's data gate shared.
+    fn change_chunks(
+        &self,
+        oid: Oid,
+        range: (u64, u64),
+        new_end: u64,
+        apply: impl FnOnce(&ChunkWrite) -> std::io::Result<()>,
+    ) -> DfsResult<()> {
+        let Some(write) = self.start_write(oid, range, 0)? else {
+            // pwrite(2) of nothing changes nothing, not even the size.
+            return Ok(());
+        };
+        let moved = apply(&write).map_err(DfsError::from);
+        // Recorded before the change stops being in flight, so its growth is always counted
+        // once against the quota: pending, then used.
+        let written = moved.and_then(|()| self.meta.record_write(oid, new_end, write.growth()));
+        self.chunks.finish_write(oid, &write);
+        if written.is_err() {
+            self.chunks.release(write.growth());
+        }
+        written
+    }
+
+    /// Makes the object's data and every metadata change so far durable: chunk data
+    /// first, then the chunk directories, then the metadata that points at them.
+    /// Queued writes land first; EIO if one of this object's failed.
+    pub fn fsync(&self, oid: Oid) -> DfsResult<()> {
+        self.chunks.sync_object(oid)?;
+        self.meta.commit_durably()
+    }
+
+    pub fn setxattr(&self, oid: Oid, name: &str, value: &[u8], how: XattrSet) -> DfsResult<()> {
+        self.meta.setxattr(oid, name, value, how)
+    }
+
+    pub fn getxattr(&self, oid: Oid, name: &str) -> DfsResult<Vec<u8>> {
+        self.meta.getxattr(oid, name)
+    }
+
+    pub fn listxattr(&self, oid: Oid) -> DfsResult<Vec<String>> {
+        self.meta.listxattr(oid)
+    }
+
+    pub fn removexattr(&self, oid: Oid, name: &str) -> DfsResult<()> {
+        self.meta.removexattr(oid, name)
+    }
+
+    /// Data bytes held by the namespace's files.
+    pub fn used(&self) -> DfsResult<u64> {
+        self.meta.used()
+    }
+
+    /// Objects in the namespace (statfs's files).
+    pub fn objects(&self) -> DfsResult<u64> {
+        self.meta.objects()
+    }
+
+    /// The container's quota, if it has one.
+    pub fn quota(&self) -> Option<u64> {
+        self.chunks.quota()
+    }
+
+    /// Changes the quota (a container property) of an open namespace. Lowering it below
+    /// what is used refuses further growth; nothing is removed.
+    pub fn set_quota(&self, quota: Option<u64>) {
+        self.chunks.set_quota(quota);
+    }
+
+    /// Usage against `capacity` (the pool's) or the quota, whichever is smaller.
+    pub fn statfs(&self, capacity: u64) -> DfsResult<StatFs> {
+        let total = self.quota().map_or(capacity, |q| q.min(capacity));
+        Ok(StatFs {
+            total_bytes: total,
+            free_bytes: total.saturating_sub(self.used()?),
+            files: self.objects()?,
+        })
+    }
+
+    /// Writes a point-in-time copy of this namespace to `target` (same number of chunk
+    /// directories), durably: the metadata store copied while metadata writers are held off,
+    /// every chunk file hard-linked while data writers are. Open it with `read_only` for a
+    /// snapshot, without for a clone; data stays shared until either side writes a chunk,
+    /// which copies it first (copy-on-write).
+    pub fn snapshot_to(&self, target: &NamespaceConfig) -> DfsResult<()> {
+        if target.chunk_dirs.len() != self.chunks.dirs().len() {
+            return Err(err(
+                Errno::Inval,
+                "a snapshot needs as many chunk directories as its source",
+            ));
+        }
+        // Every data change stays out until the chunks are linked.
+        let mut held = self.chunks.quiesce();
+        held.sync_all()?;
+        self.meta.copy_to(&target.meta_path)?;
+        held.link_into(&target.chunk_dirs, self.meta.path())?;
+        for dir in target
+            .chunk_dirs
+            .iter()
+            .map(|d| d.as_path())
+            .chain(target.meta_path.parent())
+        {
+            self.disk.sync_dir(dir)?;
+            if let Some(up) = dir.parent() {
+                self.disk.sync_dir(up)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The chunk store, for tests that look inside it.
+    #[cfg(test)]
+    fn chunks(&self) -> &ChunkStore {
+        &self.chunks
+    }
+}
