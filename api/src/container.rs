@@ -57,32 +57,36 @@ pub struct DaosContainerSpec {
 
     /// Object class of all objects (dmg's `--oclass`), for example SX, RP_3G1
     /// or EC_8P2GX. DFS picks by redundancy factor when omitted. Cannot be
-    /// changed.
+    /// changed. Not applied yet: DAOS keeps object classes in the DFS
+    /// superblock, which only a libdaos backend can write, and the embedded
+    /// engine has no object classes; the operator records a warning event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = validation::object_class)]
     pub object_class: Option<String>,
 
     /// Object class of directories (`--dir-oclass`), overriding `objectClass`.
-    /// Cannot be changed.
+    /// Cannot be changed. Not applied yet, as `objectClass`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = validation::object_class)]
     pub directory_object_class: Option<String>,
 
     /// Object class of files (`--file-oclass`), overriding `objectClass`.
-    /// Cannot be changed.
+    /// Cannot be changed. Not applied yet, as `objectClass`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = validation::object_class)]
     pub file_object_class: Option<String>,
 
     /// DFS chunk size of files, 4Ki to 1Gi; 1Mi when omitted. Cannot be
-    /// changed.
+    /// changed. Passed as the container property `dpufs_chunk_size`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = quantity::chunk_size)]
     pub chunk_size: Option<ByteQuantity>,
 
-    /// Space the container may use, for example `500Gi`. The embedded engine
-    /// enforces it; DAOS itself has no container quotas, so on a real DAOS
-    /// system it is advisory.
+    /// Space the container may use, for example `500Gi`. Passed as the
+    /// container property `dpufs_quota` and kept as written when changed. The
+    /// embedded engine enforces it; DAOS itself has no container quotas, so
+    /// on a real DAOS system it is advisory. Removing it leaves the last
+    /// quota in place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = quantity::nonzero)]
     pub capacity: Option<ByteQuantity>,

@@ -92,24 +92,75 @@ pub struct SecretRef {
     pub namespace: String,
 }
 
-/// What dpufs last saw of the DAOS system.
+/// What dpufs last saw of the DAOS system: written by the operator after each
+/// query of the management service (every minute and on every change).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DaosSystemStatus {
-    /// Management service leader, `host:port`.
+    /// Management service leader, `host:port`, as the replica the operator
+    /// reached reports it (DAOS LeaderQuery). Absent while the management
+    /// service does not answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<String>,
 
-    /// Management service replicas, `host:port`.
+    /// Management service replicas, `host:port`, the leader included. Absent
+    /// while the management service does not answer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replicas: Vec<String>,
+
+    /// The ranks (engines) of the system as SystemQuery reports them. Absent
+    /// while the management service does not answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<SystemRank>,
 
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// `Ready`: the management service answers with these credentials.
+    /// `Ready`: the management service answers with these credentials and
+    /// speaks a compatible version. When False, the reason says what is
+    /// wrong: `Unreachable`, `TlsRejected`, `VersionIncompatible`,
+    /// `SecretMissing`, `SecretInvalid`, `ConfigInvalid`, `WrongSystem` or
+    /// `DaosError`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = validation::conditions)]
     pub conditions: Vec<Condition>,
+}
+
+/// One rank (engine) of a DAOS system.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SystemRank {
+    /// Rank number.
+    pub rank: u32,
+
+    /// Member state as DAOS names it, for example `Joined`, `Stopped`,
+    /// `Excluded`, `AdminExcluded`, `Errored` or `Unresponsive`.
+    pub state: String,
+
+    /// Control-plane address (`host:port`) of the server the rank runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+
+    /// Fault domain of the rank, for example `/rack1/node3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault_domain: Option<String>,
+}
+
+impl DaosSystemStatus {
+    /// A `ranks` entry. (`SystemRank` is reachable through this constructor
+    /// until the crate root re-exports it.)
+    pub fn rank(
+        rank: u32,
+        state: impl Into<String>,
+        address: Option<String>,
+        fault_domain: Option<String>,
+    ) -> SystemRank {
+        SystemRank {
+            rank,
+            state: state.into(),
+            address,
+            fault_domain,
+        }
+    }
 }

@@ -84,15 +84,24 @@ pub struct TenantLimits {
     pub volumes: Option<u32>,
 }
 
-/// What the CSI driver last saw of the tenant.
+/// What the operator last saw of the tenant: written whenever the tenant, a
+/// DaosPool or a Namespace changes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DaosTenantStatus {
+    /// The namespaces that belong to the tenant now, sorted: those of
+    /// `namespaces` that exist, or those whose labels match
+    /// `namespaceSelector`. Namespaces being deleted are left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// `Ready`: the allowed pools exist and the tenant can provision volumes.
+    /// `Ready`: the principal is valid and every allowed pool exists as a
+    /// DaosPool. When False, the reason is `PoolNotFound` (the message names
+    /// the missing pools), `InvalidPrincipal` or `InvalidSelector`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = validation::conditions)]
     pub conditions: Vec<Condition>,

@@ -170,6 +170,21 @@ impl DaosError {
         }
     }
 
+    /// Whether the call failed because the TLS handshake was refused: the
+    /// server refused the client certificate, the client refused the
+    /// server's (another CA, not a DAOS server certificate), or the peer does
+    /// not speak TLS. Such errors are [`DaosError::Unreachable`] too.
+    pub fn is_tls_rejection(&self) -> bool {
+        match self {
+            DaosError::Unreachable { cause, .. } => {
+                cause.contains(crate::tls::HANDSHAKE_FAILED)
+                    || cause.contains(crate::tls::WRONG_SERVER)
+            }
+            DaosError::Timeout(_, inner) => inner.is_tls_rejection(),
+            _ => false,
+        }
+    }
+
     /// Whether DAOS's own clients would retry the call.
     pub fn is_retryable(&self) -> bool {
         self.der().is_some_and(Der::is_retryable)
@@ -278,6 +293,25 @@ mod tests {
         assert!(again.is_retryable());
         assert_eq!(DaosError::from_der(-1003, "x").der(), Some(Der::Inval));
         assert!(!DaosError::from_der(-1003, "x").is_retryable());
+    }
+
+    #[test]
+    fn tls_rejections_are_told_from_unreachable_servers() {
+        let refused = DaosError::Unreachable {
+            endpoints: "h:1".into(),
+            cause: format!(
+                "transport error: {} h:1 failed: tlsv1 alert unknown ca",
+                crate::tls::HANDSHAKE_FAILED
+            ),
+        };
+        assert!(refused.is_tls_rejection());
+        assert!(DaosError::Timeout(Duration::from_secs(1), Box::new(refused)).is_tls_rejection());
+        let down = DaosError::Unreachable {
+            endpoints: "h:1".into(),
+            cause: "transport error: Connection refused (os error 111)".into(),
+        };
+        assert!(!down.is_tls_rejection());
+        assert!(!DaosError::Config("x".into()).is_tls_rejection());
     }
 
     #[test]

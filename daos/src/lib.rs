@@ -17,7 +17,8 @@ pub use containers::{
 };
 pub use error::{DaosError, Result};
 pub use mgmt::{
-    Acl, Member, MgmtClient, PoolCreated, PoolInfo, PoolSize, PoolSpec, PoolSummary, TierUsage,
+    Acl, LeaderInfo, Member, MgmtClient, PoolCreated, PoolInfo, PoolSize, PoolSpec, PoolSummary,
+    TierUsage,
 };
 pub use ranks::EngineRanks;
 pub use session::{ClientConfig, Security};

@@ -141,6 +141,15 @@ pub struct Member {
     pub incarnation: u64,
 }
 
+/// Who leads the management service (LeaderQuery, `dmg system leader-query`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LeaderInfo {
+    /// `host:port` of the current leader.
+    pub leader: String,
+    /// `host:port` of every replica, the leader included.
+    pub replicas: Vec<String>,
+}
+
 /// Client of `mgmt.MgmtSvc`. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct MgmtClient {
@@ -443,6 +452,20 @@ impl MgmtClient {
             rpc!(self, self.timeout(), req, cont_set_owner)?.status,
             "container set-owner",
         )
+    }
+
+    /// LeaderQuery: the management service's leader and replicas, as the
+    /// replica the client reaches reports them.
+    pub async fn leader_query(&self) -> Result<LeaderInfo> {
+        let req = mgmt::LeaderQueryReq {
+            sys: self.sys(),
+            hosts: String::new(),
+        };
+        let r = rpc!(self, self.timeout(), req, leader_query)?;
+        Ok(LeaderInfo {
+            leader: r.current_leader,
+            replicas: r.replicas,
+        })
     }
 
     /// SystemQuery: every member.

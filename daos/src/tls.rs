@@ -101,6 +101,13 @@ pub fn connector(files: &TlsFiles) -> Result<SslConnector> {
     Ok(b.build())
 }
 
+/// Start of the error text of a failed handshake (either side refused the
+/// other's certificate, or the peer does not speak TLS);
+/// [`crate::DaosError::is_tls_rejection`] looks for it.
+pub(crate) const HANDSHAKE_FAILED: &str = "TLS handshake with";
+/// Error text of a server whose certificate is not a DAOS server's.
+pub(crate) const WRONG_SERVER: &str = "presented a certificate for";
+
 /// Connects and handshakes; the chain must verify against the DAOS CA and the
 /// server must present CN=`server`. Hostnames are not checked, as in DAOS.
 pub async fn connect(
@@ -118,14 +125,14 @@ pub async fn connect(
     std::pin::Pin::new(&mut stream)
         .connect()
         .await
-        .map_err(|e| io_err(format!("TLS handshake with {addr} failed: {e}")))?;
+        .map_err(|e| io_err(format!("{HANDSHAKE_FAILED} {addr} failed: {e}")))?;
     let cn = stream
         .ssl()
         .peer_certificate()
         .and_then(|c| common_name(&c));
     if cn.as_deref() != Some(SERVER_CN) {
         return Err(io_err(format!(
-            "{addr} presented a certificate for {cn:?}, not for {SERVER_CN:?}"
+            "{addr} {WRONG_SERVER} {cn:?}, not for {SERVER_CN:?}"
         )));
     }
     Ok(stream)

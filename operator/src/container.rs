@@ -10,7 +10,9 @@ use dpufs_api::{
     CONTAINER_FINALIZER, DaosContainer, DaosContainerStatus, DaosPool, DeletionPolicy, condition,
 };
 use dpufs_daos::{ContainerAdmin, ContainerSpec, DaosError};
-use dpufs_proto::daos::props::{CONT_LAYOUT_TYPE, CONT_RD_FAC, LAYOUT_POSIX, PropValue};
+use dpufs_proto::daos::props::{
+    CONT_DPUFS_CHUNK_SIZE, CONT_DPUFS_QUOTA, CONT_LAYOUT_TYPE, CONT_RD_FAC, LAYOUT_POSIX, PropValue,
+};
 use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -42,14 +44,54 @@ pub fn container_label(c: &DaosContainer) -> String {
     }
 }
 
-/// The ContainerCreate request (object classes, chunk size and capacity are
-/// not passed yet).
-pub fn create_spec(c: &DaosContainer, pool_uuid: &str, uuid: Uuid) -> ContainerSpec {
+fn bytes(q: &dpufs_api::ByteQuantity, what: &str) -> Result<u64> {
+    q.bytes()
+        .map_err(|e| Error::InvalidSpec(format!("{what}: {e}")))
+}
+
+/// The quota the spec asks for, in bytes: `capacity`, or nothing when the
+/// spec names no capacity (the container's quota is then left alone).
+pub fn desired_quota(c: &DaosContainer) -> Result<Option<u64>> {
+    c.spec
+        .capacity
+        .as_ref()
+        .map(|q| bytes(q, "capacity"))
+        .transpose()
+}
+
+/// The object-class fields that are set; DAOS keeps object classes in the
+/// DFS superblock, which only a libdaos backend writes, so they are not
+/// passed (the operator records a warning event instead).
+pub fn unapplied_fields(c: &DaosContainer) -> Vec<&'static str> {
+    [
+        ("objectClass", &c.spec.object_class),
+        ("directoryObjectClass", &c.spec.directory_object_class),
+        ("fileObjectClass", &c.spec.file_object_class),
+    ]
+    .into_iter()
+    .filter(|(_, v)| v.is_some())
+    .map(|(n, _)| n)
+    .collect()
+}
+
+/// The ContainerCreate request: POSIX layout, `rd_fac`, the DFS chunk size
+/// (`dpufs_chunk_size`) and the quota (`dpufs_quota`, from `capacity`), ACL
+/// and owners. Object classes are not passed (see [`unapplied_fields`]).
+pub fn create_spec(c: &DaosContainer, pool_uuid: &str, uuid: Uuid) -> Result<ContainerSpec> {
     let mut properties = vec![(CONT_LAYOUT_TYPE, PropValue::Num(LAYOUT_POSIX))];
     if let Some(rf) = c.spec.redundancy_factor {
         properties.push((CONT_RD_FAC, PropValue::Num(u64::from(rf))));
     }
-    ContainerSpec {
+    if let Some(q) = &c.spec.chunk_size {
+        properties.push((
+            CONT_DPUFS_CHUNK_SIZE,
+            PropValue::Num(bytes(q, "chunkSize")?),
+        ));
+    }
+    if let Some(quota) = desired_quota(c)? {
+        properties.push((CONT_DPUFS_QUOTA, PropValue::Num(quota)));
+    }
+    Ok(ContainerSpec {
         pool: pool_uuid.to_string(),
         uuid: Some(uuid),
         label: container_label(c),
@@ -58,7 +100,7 @@ pub fn create_spec(c: &DaosContainer, pool_uuid: &str, uuid: Uuid) -> ContainerS
         owner_user: c.spec.owner.clone().unwrap_or_default(),
         owner_group: c.spec.group.clone().unwrap_or_default(),
         ..Default::default()
-    }
+    })
 }
 
 async fn apply_status(
@@ -216,7 +258,7 @@ async fn ensure(
     let info = match sys.containers.query(&pool_uuid, &cont).await {
         Ok(info) => info,
         Err(DaosError::NotFound { .. }) => {
-            let spec = create_spec(c, &pool_uuid, uuid);
+            let spec = create_spec(c, &pool_uuid, uuid)?;
             tracing::info!(container = %c.name_any(), %uuid, "creating container");
             let info = sys.containers.create(&spec).await?;
             publish(
@@ -227,10 +269,46 @@ async fn ensure(
                 format!("created container {uuid}"),
             )
             .await;
+            let unapplied = unapplied_fields(c);
+            if !unapplied.is_empty() {
+                publish(
+                    ctx,
+                    c,
+                    EventType::Warning,
+                    "ObjectClassNotApplied",
+                    format!(
+                        "{} not applied: DAOS keeps object classes in the DFS superblock, which this DAOS client cannot write; the container uses the default object classes",
+                        unapplied.join(", ")
+                    ),
+                )
+                .await;
+            }
             info
         }
         Err(e) => return Err(e.into()),
     };
+    // The quota follows the spec (a changed capacity, drift behind the
+    // operator's back); the other properties are create-only.
+    if let Some(quota) = desired_quota(c)?
+        && info.properties.get(&CONT_DPUFS_QUOTA) != Some(&PropValue::Num(quota))
+    {
+        tracing::info!(container = %c.name_any(), quota, "setting the container quota");
+        sys.containers
+            .set_properties(
+                &pool_uuid,
+                &cont,
+                vec![(CONT_DPUFS_QUOTA, PropValue::Num(quota))],
+            )
+            .await?;
+        publish(
+            ctx,
+            c,
+            EventType::Normal,
+            "PropertiesUpdated",
+            format!("set dpufs_quota to {quota} bytes"),
+        )
+        .await;
+    }
     let owned = owned_acl(c);
     let plan = plan_acl(
         c.spec.acl.as_deref().unwrap_or_default(),
@@ -310,7 +388,7 @@ mod tests {
             "spec": {"poolRef": "tank", "redundancyFactor": 1}
         }))
         .unwrap();
-        let spec = create_spec(&c, "P", container_uuid("u1"));
+        let spec = create_spec(&c, "P", container_uuid("u1")).unwrap();
         assert_eq!(spec.label, "team-data");
         assert_eq!(spec.uuid, Some(container_uuid("u1")));
         assert!(
@@ -318,5 +396,35 @@ mod tests {
                 .contains(&(CONT_LAYOUT_TYPE, PropValue::Num(LAYOUT_POSIX)))
         );
         assert!(spec.properties.contains(&(CONT_RD_FAC, PropValue::Num(1))));
+        assert!(
+            !spec
+                .properties
+                .iter()
+                .any(|(n, _)| *n == CONT_DPUFS_CHUNK_SIZE || *n == CONT_DPUFS_QUOTA),
+            "nothing the spec does not ask for"
+        );
+        assert!(unapplied_fields(&c).is_empty());
+    }
+
+    #[test]
+    fn chunk_size_and_capacity_become_properties() {
+        let c: DaosContainer = serde_json::from_value(json!({
+            "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosContainer",
+            "metadata": {"name": "data", "namespace": "team", "uid": "u1"},
+            "spec": {"poolRef": "tank", "chunkSize": "64Ki", "capacity": "1.5Gi",
+                     "objectClass": "SX", "fileObjectClass": "EC_8P2GX"}
+        }))
+        .unwrap();
+        let spec = create_spec(&c, "P", container_uuid("u1")).unwrap();
+        assert!(
+            spec.properties
+                .contains(&(CONT_DPUFS_CHUNK_SIZE, PropValue::Num(64 << 10)))
+        );
+        assert!(
+            spec.properties
+                .contains(&(CONT_DPUFS_QUOTA, PropValue::Num(3 << 29)))
+        );
+        assert_eq!(desired_quota(&c).unwrap(), Some(3 << 29));
+        assert_eq!(unapplied_fields(&c), vec!["objectClass", "fileObjectClass"]);
     }
 }

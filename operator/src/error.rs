@@ -1,6 +1,7 @@
 //! The operator's one error type and its mapping to condition reasons.
 
 use dpufs_daos::DaosError;
+use dpufs_proto::daos::fault::FaultCode;
 
 /// What a reconcile can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -11,10 +12,27 @@ pub enum Error {
     /// `spec.systemRef` names no DaosSystem.
     #[error("DaosSystem {0:?} not found")]
     SystemNotFound(String),
+    /// The DaosSystem's TLS Secret does not exist.
+    #[error("DaosSystem {system:?}: TLS Secret {secret} not found")]
+    SecretMissing { system: String, secret: String },
+    /// The TLS Secret exists but its contents are unusable (a key missing,
+    /// a certificate that does not parse, a key that does not match).
+    #[error("DaosSystem {system:?}: TLS Secret {secret}: {message}")]
+    SecretInvalid {
+        system: String,
+        secret: String,
+        message: String,
+    },
     /// The DaosSystem exists but dpufs cannot build a client from it
-    /// (missing TLS Secret, bad endpoints...).
+    /// (bad endpoints, unwritable TLS directory...).
     #[error("DaosSystem {system:?}: {message}")]
     SystemConfig { system: String, message: String },
+    /// `spec.version` is not a version dpufs speaks (the DAOS 2.8 wire).
+    #[error(
+        "DaosSystem {system:?}: version {version} is incompatible: dpufs speaks the DAOS {} management API",
+        dpufs_proto::daos::WIRE_VERSION
+    )]
+    VersionUnsupported { system: String, version: String },
     /// DAOS failed the call; the text is DAOS's own.
     #[error("{0}")]
     Daos(#[from] DaosError),
@@ -30,12 +48,16 @@ pub enum Error {
 }
 
 impl Error {
-    /// The `reason` of the `Ready=False` condition this error sets.
+    /// The `reason` of the `Ready=False` condition this error sets on a
+    /// DaosPool or DaosContainer (whose readiness depends on DAOS).
     pub fn reason(&self) -> &'static str {
         match self {
             Error::Kube(_) => "KubernetesError",
             Error::SystemNotFound(_) => "SystemNotFound",
-            Error::SystemConfig { .. } => "SystemConfigInvalid",
+            Error::SecretMissing { .. }
+            | Error::SecretInvalid { .. }
+            | Error::SystemConfig { .. } => "SystemConfigInvalid",
+            Error::VersionUnsupported { .. } => "DaosIncompatible",
             Error::Daos(e) => match e {
                 DaosError::Unreachable { .. } | DaosError::Timeout(..) => "DaosUnavailable",
                 DaosError::NoSpace { .. } => "DaosNoSpace",
@@ -51,9 +73,45 @@ impl Error {
         }
     }
 
-    /// A short label for the `errors` metric.
-    pub fn metric_label(&self) -> &'static str {
-        self.reason()
+    /// The `reason` of a DaosSystem's `Ready=False` condition: what is wrong
+    /// with reaching the management service itself.
+    pub fn system_reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) | Error::MissingUid => "KubernetesError",
+            Error::SystemNotFound(_) => "SystemNotFound",
+            Error::SecretMissing { .. } => "SecretMissing",
+            Error::SecretInvalid { .. } => "SecretInvalid",
+            Error::SystemConfig { .. } => "ConfigInvalid",
+            Error::VersionUnsupported { .. } => "VersionIncompatible",
+            Error::Daos(e) if e.is_tls_rejection() => "TlsRejected",
+            Error::Daos(e) => match e {
+                DaosError::Unreachable { .. } | DaosError::Timeout(..) => "Unreachable",
+                // The server refused these credentials (e.g. not an admin certificate).
+                DaosError::PermissionDenied { .. } => "TlsRejected",
+                DaosError::Incompatible { .. } => "VersionIncompatible",
+                DaosError::Config(_) => "ConfigInvalid",
+                DaosError::Fault { .. } if e.fault() == Some(FaultCode::WrongSystem) => {
+                    "WrongSystem"
+                }
+                _ => "DaosError",
+            },
+            Error::InvalidSpec(_) => "InvalidSpec",
+            Error::PoolNotReady(_) => "PoolNotReady",
+        }
+    }
+
+    /// The reason in the vocabulary of `kind`'s conditions: [`Error::system_reason`]
+    /// for DaosSystems, [`Error::reason`] for the other kinds.
+    pub fn reason_for(&self, kind: &str) -> &'static str {
+        match kind {
+            "DaosSystem" => self.system_reason(),
+            _ => self.reason(),
+        }
+    }
+
+    /// A short label for the `errors` metric of `kind`: its condition reason.
+    pub fn metric_label(&self, kind: &str) -> &'static str {
+        self.reason_for(kind)
     }
 }
 
@@ -116,12 +174,122 @@ mod tests {
         for (err, reason) in cases {
             assert_eq!(err.reason(), reason, "{err}");
         }
+        let secret = Error::SecretMissing {
+            system: "s".into(),
+            secret: "ns/n".into(),
+        };
+        assert_eq!(
+            secret.reason(),
+            "SystemConfigInvalid",
+            "pools keep their reasons"
+        );
         let e = Error::Daos(DaosError::NoSpace {
             message: "DER_NOSPACE(-1007): No space on storage target".into(),
         });
         assert!(
             e.to_string().contains("No space on storage target"),
             "DAOS text kept"
+        );
+    }
+
+    #[test]
+    fn system_errors_map_to_daos_system_reasons() {
+        let unreachable = DaosError::Unreachable {
+            endpoints: "10.0.0.1:10001".into(),
+            cause: "transport error: Connection refused (os error 111)".into(),
+        };
+        // What the DAOS client reports when either side refuses the handshake.
+        let tls = DaosError::Unreachable {
+            endpoints: "10.0.0.1:10001".into(),
+            cause: "transport error: TLS handshake with 10.0.0.1:10001 failed: unknown ca".into(),
+        };
+        let cases = [
+            (Error::Daos(unreachable.clone()), "Unreachable"),
+            (
+                Error::Daos(DaosError::Timeout(
+                    std::time::Duration::from_secs(30),
+                    Box::new(unreachable.clone()),
+                )),
+                "Unreachable",
+            ),
+            (Error::Daos(tls.clone()), "TlsRejected"),
+            (
+                Error::Daos(DaosError::Timeout(
+                    std::time::Duration::from_secs(30),
+                    Box::new(tls),
+                )),
+                "TlsRejected",
+            ),
+            (
+                Error::Daos(DaosError::PermissionDenied {
+                    message: "component mismatch".into(),
+                }),
+                "TlsRejected",
+            ),
+            (
+                Error::Daos(DaosError::Incompatible {
+                    message: "admin version 2.6.0 is incompatible".into(),
+                }),
+                "VersionIncompatible",
+            ),
+            (
+                Error::VersionUnsupported {
+                    system: "s".into(),
+                    version: "2.6.0".into(),
+                },
+                "VersionIncompatible",
+            ),
+            (
+                Error::SecretMissing {
+                    system: "s".into(),
+                    secret: "ns/n".into(),
+                },
+                "SecretMissing",
+            ),
+            (
+                Error::SecretInvalid {
+                    system: "s".into(),
+                    secret: "ns/n".into(),
+                    message: "lacks key admin.key".into(),
+                },
+                "SecretInvalid",
+            ),
+            (
+                Error::SystemConfig {
+                    system: "s".into(),
+                    message: "m".into(),
+                },
+                "ConfigInvalid",
+            ),
+            (
+                Error::Daos(DaosError::Config("endpoint \"x\"".into())),
+                "ConfigInvalid",
+            ),
+            (
+                Error::Daos(DaosError::Fault {
+                    code: FaultCode::WrongSystem as u32,
+                    domain: "server".into(),
+                    description: "request was for system \"a\"".into(),
+                    resolution: String::new(),
+                }),
+                "WrongSystem",
+            ),
+            (
+                Error::Daos(DaosError::Busy {
+                    message: "m".into(),
+                }),
+                "DaosError",
+            ),
+            (Error::SystemNotFound("s".into()), "SystemNotFound"),
+            (Error::MissingUid, "KubernetesError"),
+        ];
+        for (err, reason) in cases {
+            assert_eq!(err.system_reason(), reason, "{err}");
+        }
+        let e = Error::Daos(unreachable);
+        assert!(
+            e.to_string().contains("10.0.0.1:10001"),
+            "the message names the endpoint: {e}"
         );
     }
 }

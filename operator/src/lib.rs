@@ -1,12 +1,15 @@
 //! dpufs-operator: controllers that reconcile DaosPool and DaosContainer
-//! resources against the DAOS management service.
+//! resources against the DAOS management service, and report the state of
+//! DaosSystems and DaosTenants.
 //!
 //! See `docs/operator.md`. Layout: [`pool`] is the DaosPool controller (pure
 //! planning functions plus a thin executor), [`container`] the DaosContainer
-//! controller, [`systems`] caches one DAOS
-//! client per DaosSystem, [`leader`] elects one active replica over a Lease,
-//! [`metrics`] and [`error`] are shared. With the `testing` feature,
-//! [`testing`] provides an in-memory fake API server.
+//! controller, [`system`] the DaosSystem controller (leader, ranks,
+//! reachability), [`tenant`] the DaosTenant controller (matched namespaces,
+//! allowed pools), [`systems`] caches one DAOS client per DaosSystem,
+//! [`leader`] elects one active replica over a Lease, [`metrics`] and
+//! [`error`] are shared. With the `testing` feature, [`testing`] provides an
+//! in-memory fake API server.
 
 pub mod conditions;
 pub mod container;
@@ -14,7 +17,9 @@ pub mod error;
 pub mod leader;
 pub mod metrics;
 pub mod pool;
+pub mod system;
 pub mod systems;
+pub mod tenant;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -107,14 +112,24 @@ pub enum Stopped {
     ControllerEnded,
 }
 
-/// Waits for the Lease, then runs both controllers while renewing it.
+/// Runs every controller (DaosSystem, DaosPool, DaosContainer, DaosTenant)
+/// until one of them ends.
+pub async fn run_controllers(ctx: Arc<Context>) {
+    tokio::select! {
+        () = system::run(ctx.clone()) => {}
+        () = pool::run(ctx.clone()) => {}
+        () = container::run(ctx.clone()) => {}
+        () = tenant::run(ctx) => {}
+    }
+}
+
+/// Waits for the Lease, then runs the controllers while renewing it.
 /// Returns when leadership is lost (the caller should exit: a replica that
 /// may no longer lead must stop acting).
 pub async fn run_as_leader(ctx: Arc<Context>, lock: leader::LeaseLock) -> Result<(), Stopped> {
     lock.acquire().await?;
     tokio::select! {
-        () = pool::run(ctx.clone()) => Err(Stopped::ControllerEnded),
-        () = container::run(ctx) => Err(Stopped::ControllerEnded),
+        () = run_controllers(ctx) => Err(Stopped::ControllerEnded),
         r = lock.hold() => {
             r?;
             Err(Stopped::LostLeadership)

@@ -31,8 +31,9 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
-    /// Run the DaosPool and DaosContainer controllers (in-cluster config or
-    /// KUBECONFIG); only the replica holding the Lease acts.
+    /// Run the DaosSystem, DaosPool, DaosContainer and DaosTenant controllers
+    /// (in-cluster config or KUBECONFIG); only the replica holding the Lease
+    /// acts.
     Run {
         /// Where /metrics and /healthz are served.
         #[arg(long, default_value = "0.0.0.0:8080", env = "METRICS_ADDR")]

@@ -90,7 +90,7 @@ impl Metrics {
             self.errors
                 .get_or_create(&ErrorLabels {
                     kind: kind.into(),
-                    reason: e.metric_label().into(),
+                    reason: e.metric_label(kind).into(),
                 })
                 .inc();
         }
@@ -137,9 +137,23 @@ mod tests {
                 free_bytes: 40,
             }],
         );
+        let down = Error::Daos(dpufs_daos::DaosError::Unreachable {
+            endpoints: "e:1".into(),
+            cause: "refused".into(),
+        });
+        m.observe("DaosSystem", Duration::from_millis(3), Some(&down));
+        m.observe("DaosPool", Duration::from_millis(3), Some(&down));
         let text = m.encode();
         assert!(
-            text.contains("dpufs_operator_reconciles_total{kind=\"DaosPool\"} 2"),
+            text.contains("dpufs_operator_reconciles_total{kind=\"DaosPool\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("{kind=\"DaosSystem\",reason=\"Unreachable\"} 1"),
+            "a system's errors count under its own reasons: {text}"
+        );
+        assert!(
+            text.contains("{kind=\"DaosPool\",reason=\"DaosUnavailable\"} 1"),
             "{text}"
         );
         assert!(text.contains("reason=\"KubernetesError\""), "{text}");

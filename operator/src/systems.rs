@@ -1,9 +1,10 @@
 //! DaosSystem → management client, cached per system and rebuilt when the
-//! DaosSystem or its TLS Secret changes (keyed by their resourceVersions).
+//! DaosSystem's spec (its uid and generation) or its TLS Secret (its
+//! resourceVersion) changes.
 
 use crate::error::{Error, Result};
 use dpufs_api::DaosSystem;
-use dpufs_daos::{ClientConfig, EngineContainers, MgmtClient, TlsFiles};
+use dpufs_daos::{ClientConfig, DaosError, EngineContainers, MgmtClient, TlsFiles};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 use std::collections::HashMap;
@@ -60,25 +61,32 @@ impl SystemClients {
             .get_opt(name)
             .await?
             .ok_or_else(|| Error::SystemNotFound(name.to_string()))?;
+        check_version(name, &sys.spec.version)?;
+        let secret_name = sys
+            .spec
+            .tls
+            .as_ref()
+            .map(|tls| format!("{}/{}", tls.secret_ref.namespace, tls.secret_ref.name))
+            .unwrap_or_default();
         let secret = match &sys.spec.tls {
             Some(tls) => {
                 let api: Api<Secret> =
                     Api::namespaced(self.kube.clone(), &tls.secret_ref.namespace);
                 Some(api.get_opt(&tls.secret_ref.name).await?.ok_or_else(|| {
-                    Error::SystemConfig {
+                    Error::SecretMissing {
                         system: name.to_string(),
-                        message: format!(
-                            "TLS Secret {}/{} not found",
-                            tls.secret_ref.namespace, tls.secret_ref.name
-                        ),
+                        secret: secret_name.clone(),
                     }
                 })?)
             }
             None => None,
         };
+        // The spec (generation), not the resourceVersion: the DaosSystem
+        // controller's status writes must not rebuild every client.
         let version = format!(
-            "{}/{}",
-            sys.metadata.resource_version.clone().unwrap_or_default(),
+            "{}/{}/{}",
+            sys.metadata.uid.clone().unwrap_or_default(),
+            sys.metadata.generation.unwrap_or_default(),
             secret
                 .as_ref()
                 .and_then(|s| s.metadata.resource_version.clone())
@@ -93,9 +101,17 @@ impl SystemClients {
             system: name.to_string(),
             message,
         };
+        let secret_err = |message: String| Error::SecretInvalid {
+            system: name.to_string(),
+            secret: secret_name.clone(),
+            message,
+        };
         let mut cfg = ClientConfig::new(sys.spec.endpoints.clone());
         cfg.system = sys.spec.name.clone();
         cfg.request_timeout = self.request_timeout;
+        // Endpoints first, so that a configuration error found once the TLS
+        // files are in place is about the Secret.
+        MgmtClient::new(cfg.clone()).map_err(|e| cfg_err(e.to_string()))?;
         if let Some(secret) = secret {
             let dir = self.tls_root.join(name);
             std::fs::create_dir_all(&dir).map_err(|e| cfg_err(e.to_string()))?;
@@ -113,7 +129,7 @@ impl SystemClients {
                     .data
                     .as_ref()
                     .and_then(|d| d.get(key))
-                    .ok_or_else(|| cfg_err(format!("TLS Secret lacks key {key}")))?;
+                    .ok_or_else(|| secret_err(format!("lacks key {key}")))?;
                 let path = dir.join(file);
                 // Key files are read-only: replace rather than rewrite.
                 let _ = std::fs::remove_file(&path);
@@ -124,7 +140,10 @@ impl SystemClients {
             }
             cfg = cfg.with_tls(TlsFiles::in_dir(&dir, "admin"));
         }
-        let mgmt = MgmtClient::new(cfg)?;
+        let mgmt = MgmtClient::new(cfg).map_err(|e| match e {
+            DaosError::Config(m) => secret_err(m),
+            e => e.into(),
+        })?;
         let client = SystemClient {
             containers: EngineContainers::new(&mgmt),
             mgmt,
@@ -135,5 +154,41 @@ impl SystemClients {
             .expect("lock")
             .insert(name.to_string(), client.clone());
         Ok(client)
+    }
+}
+
+/// Checks `spec.version` against the DAOS release whose management wire dpufs
+/// speaks: the same major.minor (DAOS's rule for admin tools), any patch.
+pub fn check_version(system: &str, version: &str) -> Result<()> {
+    let major_minor = |v: &str| {
+        let mut it = v.split('.');
+        Some((
+            it.next()?.parse::<u32>().ok()?,
+            it.next()?.parse::<u32>().ok()?,
+        ))
+    };
+    let wire = major_minor(dpufs_proto::daos::WIRE_VERSION);
+    if wire.is_some() && major_minor(version) == wire {
+        Ok(())
+    } else {
+        Err(Error::VersionUnsupported {
+            system: system.to_string(),
+            version: version.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_need_the_wire_major_minor() {
+        assert!(check_version("s", "2.8.0").is_ok());
+        assert!(check_version("s", "2.8.5").is_ok());
+        for bad in ["2.6.1", "3.8.0", "2", "", "x.y.z"] {
+            let e = check_version("s", bad).unwrap_err();
+            assert_eq!(e.system_reason(), "VersionIncompatible", "{bad}");
+        }
     }
 }

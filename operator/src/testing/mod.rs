@@ -8,17 +8,24 @@
 //! PATCH, DELETE with finalizers and `deletionTimestamp`, and the `status`
 //! subresource. Events and Leases are ordinary objects here.
 //!
-//! Simplifications (documented, deliberate): every PATCH flavour (merge,
-//! strategic merge, server-side apply) is applied as a JSON merge patch, so
-//! apply does not track field managers; label and field selectors are ignored;
-//! watches never time out on the server side.
+//! Server-side apply (`application/apply-patch+yaml`) is applied as a JSON
+//! merge patch plus the part of field management a single-writer controller
+//! relies on: the server remembers which fields each field manager applied
+//! (per object and per subresource), and a field that manager applied before
+//! and leaves out now is removed, unless another manager applied it too. An
+//! apply to an object that does not exist creates it. Lists are atomic.
+//!
+//! Simplifications (documented, deliberate): merge and strategic-merge
+//! patches are both applied as JSON merge patches and take no field
+//! ownership; applies never conflict (as with `force`); label and field
+//! selectors are ignored; watches never time out on the server side.
 
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody, combinators::UnsyncBoxBody};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -54,7 +61,13 @@ struct State {
     history: Vec<WatchEvent>,
     /// Every request as `METHOD path`, for assertions.
     requests: Vec<String>,
+    /// Server-side apply: what each field manager last applied, per object.
+    managed: BTreeMap<Key, Managed>,
 }
+
+/// The leaf paths each (field manager, status subresource?) last applied to
+/// one object.
+type Managed = BTreeMap<(String, bool), BTreeSet<Vec<String>>>;
 
 /// The fake API server; clones share state.
 #[derive(Debug, Clone)]
@@ -155,6 +168,70 @@ fn now() -> String {
         .to_string()
 }
 
+/// The leaf paths of an applied configuration: object members are followed,
+/// anything else (scalars, lists) is a leaf and empty objects own nothing.
+/// Lists are atomic, as for a CRD list without `x-kubernetes-list-type`.
+fn leaf_paths(v: &Value, prefix: &mut Vec<String>, out: &mut BTreeSet<Vec<String>>) {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m {
+                prefix.push(k.clone());
+                leaf_paths(child, prefix, out);
+                prefix.pop();
+            }
+        }
+        _ => {
+            out.insert(prefix.clone());
+        }
+    }
+}
+
+/// Removes the member at `path`, if it is there.
+fn remove_path(v: &mut Value, path: &[String]) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut node = v;
+    for p in parents {
+        match node.get_mut(p) {
+            Some(child) => node = child,
+            None => return,
+        }
+    }
+    if let Some(m) = node.as_object_mut() {
+        m.remove(last);
+    }
+}
+
+/// The part of an applied object its field manager owns: not the type, the
+/// identity or what the server sets.
+fn applied_fields(body: &Value, status: bool) -> Value {
+    if status {
+        return json!({"status": body.get("status").cloned().unwrap_or_else(|| json!({}))});
+    }
+    let mut v = body.clone();
+    if let Some(m) = v.as_object_mut() {
+        for f in ["apiVersion", "kind", "status"] {
+            m.remove(f);
+        }
+    }
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for f in [
+            "name",
+            "namespace",
+            "uid",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "managedFields",
+        ] {
+            meta.remove(f);
+        }
+    }
+    v
+}
+
 fn finalizers_empty(obj: &Value) -> bool {
     obj.pointer("/metadata/finalizers")
         .and_then(Value::as_array)
@@ -219,6 +296,7 @@ impl FakeApiServer {
         Self::bump(st, &mut obj);
         if obj.pointer("/metadata/deletionTimestamp").is_some() && finalizers_empty(&obj) {
             st.objects.remove(key);
+            st.managed.remove(key);
             Self::emit(st, &self.events, key, "DELETED", obj.clone());
         } else {
             let existed = st.objects.insert(key.clone(), obj.clone()).is_some();
@@ -228,7 +306,13 @@ impl FakeApiServer {
         obj
     }
 
-    fn handle(&self, method: Method, uri: http::Uri, body: Bytes) -> Response<FakeBody> {
+    fn handle(
+        &self,
+        method: Method,
+        uri: http::Uri,
+        content_type: &str,
+        body: Bytes,
+    ) -> Response<FakeBody> {
         let Some(t) = parse_path(uri.path()) else {
             return failure(
                 StatusCode::NOT_FOUND,
@@ -319,14 +403,13 @@ impl FakeApiServer {
                 None => not_found(),
             },
             (Method::POST, false) => {
-                let mut obj = body;
-                let name = obj
+                let name = body
                     .pointer("/metadata/name")
                     .and_then(Value::as_str)
                     .map(str::to_string);
                 let name = match (
                     name,
-                    obj.pointer("/metadata/generateName")
+                    body.pointer("/metadata/generateName")
                         .and_then(Value::as_str),
                 ) {
                     (Some(n), _) => n,
@@ -339,27 +422,8 @@ impl FakeApiServer {
                         );
                     }
                 };
-                let key = Key {
-                    name: name.clone(),
-                    ..key
-                };
-                if st.objects.contains_key(&key) {
-                    return failure(
-                        StatusCode::CONFLICT,
-                        "AlreadyExists",
-                        format!("{} \"{name}\" already exists", key.plural),
-                    );
-                }
-                let meta = &mut obj["metadata"];
-                meta["name"] = json!(name);
-                if !key.namespace.is_empty() {
-                    meta["namespace"] = json!(key.namespace);
-                }
-                meta["uid"] = json!(uuid::Uuid::new_v4().to_string());
-                meta["creationTimestamp"] = json!(now());
-                meta["generation"] = json!(1);
-                let obj = self.store(&mut st, &key, obj);
-                full(StatusCode::CREATED, &obj)
+                let key = Key { name, ..key };
+                self.create(&mut st, key, body)
             }
             (Method::PUT, true) => {
                 let Some(old) = st.objects.get(&key).cloned() else {
@@ -396,10 +460,45 @@ impl FakeApiServer {
                 full(StatusCode::OK, &obj)
             }
             (Method::PATCH, true) => {
+                let apply = content_type.starts_with("application/apply-patch");
                 let Some(old) = st.objects.get(&key).cloned() else {
+                    // An apply creates what does not exist yet.
+                    if apply && !t.status {
+                        let manager = q.get("fieldManager").cloned().unwrap_or_default();
+                        let mut paths = BTreeSet::new();
+                        leaf_paths(&applied_fields(&body, false), &mut Vec::new(), &mut paths);
+                        let response = self.create(&mut st, key.clone(), body);
+                        st.managed
+                            .entry(key)
+                            .or_default()
+                            .insert((manager, false), paths);
+                        return response;
+                    }
                     return not_found();
                 };
                 let mut new = old.clone();
+                if apply {
+                    let manager = q.get("fieldManager").cloned().unwrap_or_default();
+                    let slot = (manager, t.status);
+                    let mut paths = BTreeSet::new();
+                    leaf_paths(
+                        &applied_fields(&body, t.status),
+                        &mut Vec::new(),
+                        &mut paths,
+                    );
+                    let owners = st.managed.entry(key.clone()).or_default();
+                    let before = owners.get(&slot).cloned().unwrap_or_default();
+                    for gone in before.difference(&paths) {
+                        let shared = owners
+                            .iter()
+                            .filter(|(s, _)| **s != slot)
+                            .any(|(_, set)| set.iter().any(|p| p.starts_with(gone)));
+                        if !shared {
+                            remove_path(&mut new, gone);
+                        }
+                    }
+                    owners.insert(slot, paths);
+                }
                 if t.status {
                     if let Some(s) = body.get("status") {
                         merge(&mut new["status"], s);
@@ -433,6 +532,28 @@ impl FakeApiServer {
                 format!("{m} {}", uri.path()),
             ),
         }
+    }
+
+    /// Creates `obj` under `key` (POST, or an apply to a missing object).
+    fn create(&self, st: &mut State, key: Key, mut obj: Value) -> Response<FakeBody> {
+        if st.objects.contains_key(&key) {
+            return failure(
+                StatusCode::CONFLICT,
+                "AlreadyExists",
+                format!("{} \"{}\" already exists", key.plural, key.name),
+            );
+        }
+        st.managed.remove(&key);
+        let meta = &mut obj["metadata"];
+        meta["name"] = json!(key.name);
+        if !key.namespace.is_empty() {
+            meta["namespace"] = json!(key.namespace);
+        }
+        meta["uid"] = json!(uuid::Uuid::new_v4().to_string());
+        meta["creationTimestamp"] = json!(now());
+        meta["generation"] = json!(1);
+        let obj = self.store(st, &key, obj);
+        full(StatusCode::CREATED, &obj)
     }
 
     /// Fields only the server sets survive a client's PUT or PATCH; the
@@ -479,8 +600,14 @@ impl tower::Service<Request<kube::client::Body>> for FakeApiServer {
         let this = self.clone();
         Box::pin(async move {
             let (parts, body) = req.into_parts();
+            let content_type = parts
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
             let bytes = body.collect_bytes().await.unwrap_or_default();
-            Ok(this.handle(parts.method, parts.uri, bytes))
+            Ok(this.handle(parts.method, parts.uri, &content_type, bytes))
         })
     }
 }
@@ -525,5 +652,57 @@ mod tests {
                 .is_err(),
             "conflict"
         );
+    }
+
+    #[tokio::test]
+    async fn apply_removes_fields_its_manager_dropped() {
+        let fake = FakeApiServer::new();
+        let api: Api<ConfigMap> = Api::default_namespaced(fake.client());
+        let apply = |data: Value| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "c"}, "data": data})
+        };
+        // An apply creates the object.
+        let p = apply(json!({"a": "1", "b": "2"}));
+        let cm = api
+            .patch("c", &PatchParams::apply("m1"), &Patch::Apply(&p))
+            .await
+            .unwrap();
+        assert_eq!(cm.data.unwrap().len(), 2);
+        // Another manager's field stays when m1 leaves it out; m1's own goes.
+        let other = json!({"data": {"c": "3"}});
+        api.patch("c", &PatchParams::apply("m2"), &Patch::Apply(&other))
+            .await
+            .unwrap();
+        let shared = json!({"data": {"a": "1"}});
+        api.patch("c", &PatchParams::apply("m2"), &Patch::Apply(&shared))
+            .await
+            .unwrap();
+        let p = apply(json!({"a": "1"}));
+        api.patch("c", &PatchParams::apply("m1"), &Patch::Apply(&p))
+            .await
+            .unwrap();
+        let data = api.get("c").await.unwrap().data.unwrap();
+        assert_eq!(
+            data.keys().collect::<Vec<_>>(),
+            vec!["a"],
+            "b dropped by m1; c dropped by m2 (its last apply left it out): {data:?}"
+        );
+        // m2 no longer applies a: m1 still does, so it stays.
+        api.patch("c", &PatchParams::apply("m2"), &Patch::Apply(&json!({})))
+            .await
+            .unwrap();
+        let data = api.get("c").await.unwrap().data.unwrap();
+        assert_eq!(data.get("a").map(String::as_str), Some("1"));
+        // A merge patch takes no ownership and is not undone.
+        let merge = json!({"data": {"d": "4"}});
+        api.patch("c", &PatchParams::default(), &Patch::Merge(&merge))
+            .await
+            .unwrap();
+        api.patch("c", &PatchParams::apply("m1"), &Patch::Apply(&p))
+            .await
+            .unwrap();
+        let data = api.get("c").await.unwrap().data.unwrap();
+        assert_eq!(data.get("d").map(String::as_str), Some("4"));
     }
 }

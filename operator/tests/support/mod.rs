@@ -48,6 +48,33 @@ macro_rules! on_both {
     };
 }
 
+/// Runs an `async fn(kube::Client)` scenario as two tests, `fake` and
+/// `real_api_server`, in a module named after it; the scenario makes what it
+/// needs (namespaces, systems) under names of its own.
+#[macro_export]
+macro_rules! on_both_with_client {
+    ($scenario:ident) => {
+        mod $scenario {
+            use super::support::{Backend, Cluster};
+            async fn run(backend: Backend) {
+                let test = concat!(stringify!($scenario), "::", "real_api_server");
+                let Some((_cluster, client)) = Cluster::start(backend, test).await else {
+                    return;
+                };
+                super::$scenario(client).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn fake() {
+                run(Backend::Fake).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn real_api_server() {
+                run(Backend::Real).await
+            }
+        }
+    };
+}
+
 /// The API server of a scenario.
 pub enum Cluster {
     Fake(FakeApiServer),

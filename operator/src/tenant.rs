@@ -1,0 +1,515 @@
+//! The DaosTenant controller: reports which namespaces belong to a tenant
+//! and whether it can be used (`Ready`: a valid principal and every allowed
+//! pool existing as a DaosPool). It writes only status; the CSI driver acts
+//! on tenants.
+//!
+//! [`plan_status`] decides the status from the tenant, the DaosPools and the
+//! Namespaces (pure, unit-tested); [`reconcile`] lists those, writes the
+//! status with server-side apply only when it changed, and records an event
+//! when `Ready` flips. DaosPool and Namespace changes re-trigger the tenants
+//! they concern.
+
+use crate::Context;
+use crate::conditions::set_condition;
+use crate::error::Result;
+use crate::pool::{MANAGER, publish};
+use dpufs_api::{DaosPool, DaosTenant, DaosTenantSpec, DaosTenantStatus, condition};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Reason of `Ready=True`.
+pub const TENANT_READY: &str = "TenantReady";
+/// Reason of `Ready=False` when allowed pools are missing.
+pub const POOL_NOT_FOUND: &str = "PoolNotFound";
+/// Reason of `Ready=False` for a principal DAOS cannot use.
+pub const INVALID_PRINCIPAL: &str = "InvalidPrincipal";
+/// Reason of `Ready=False` for a namespace selector Kubernetes would refuse.
+pub const INVALID_SELECTOR: &str = "InvalidSelector";
+
+/// What the controller needs of a Namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NamespaceView {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// `metadata.deletionTimestamp` is set: the namespace is going away.
+    pub deleting: bool,
+}
+
+impl From<&Namespace> for NamespaceView {
+    fn from(ns: &Namespace) -> NamespaceView {
+        NamespaceView {
+            name: ns.name_any(),
+            labels: ns.labels().clone(),
+            deleting: ns.metadata.deletion_timestamp.is_some(),
+        }
+    }
+}
+
+/// Why a principal is unusable as a tenant's, if it is: the API server's
+/// rules (`name@` or `name@domain`, not a special principal), checked again
+/// for objects written before the CRD had them.
+pub fn principal_problem(principal: &str) -> Option<String> {
+    let Some((name, domain)) = principal.split_once('@') else {
+        return Some(format!(
+            "principal {principal:?} is not a DAOS principal: write the user name followed by @, for example team-a@"
+        ));
+    };
+    let bad = |s: &str| s.contains([':', '@', ' ']);
+    if name.is_empty() || bad(name) || bad(domain) || principal.len() > 256 {
+        return Some(format!(
+            "principal {principal:?} is not a DAOS principal: write the user name followed by @, for example team-a@"
+        ));
+    }
+    if matches!(principal, "OWNER@" | "GROUP@" | "EVERYONE@") {
+        return Some(format!(
+            "{principal} is a special DAOS principal; name the tenant user, for example team-a@"
+        ));
+    }
+    None
+}
+
+/// Whether `labels` match `selector`, with Kubernetes's semantics: every
+/// `matchLabels` pair and every `matchExpressions` requirement must hold; an
+/// empty selector matches everything. An invalid selector (unknown operator,
+/// `In`/`NotIn` without values, `Exists`/`DoesNotExist` with values) is an
+/// error, as the API server would report it.
+pub fn selector_matches(
+    selector: &LabelSelector,
+    labels: &BTreeMap<String, String>,
+) -> std::result::Result<bool, String> {
+    let mut matches = true;
+    for (k, v) in selector.match_labels.iter().flatten() {
+        matches &= labels.get(k) == Some(v);
+    }
+    for (i, req) in selector.match_expressions.iter().flatten().enumerate() {
+        let values = req.values.as_deref().unwrap_or_default();
+        let at = format!("namespaceSelector.matchExpressions[{i}]");
+        let value = labels.get(&req.key);
+        let holds = match req.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => {
+                return Err(format!("{at}: operator {} needs values", req.operator));
+            }
+            "Exists" | "DoesNotExist" if !values.is_empty() => {
+                return Err(format!("{at}: operator {} takes no values", req.operator));
+            }
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            other => {
+                return Err(format!(
+                    "{at}: unknown operator {other:?}; use In, NotIn, Exists or DoesNotExist"
+                ));
+            }
+        };
+        matches &= holds;
+    }
+    Ok(matches)
+}
+
+/// The namespaces of a tenant now, sorted: those of `spec.namespaces` that
+/// exist, or those `spec.namespaceSelector` matches; namespaces being deleted
+/// are left out.
+pub fn matched_namespaces(
+    spec: &DaosTenantSpec,
+    namespaces: &[NamespaceView],
+) -> std::result::Result<Vec<String>, String> {
+    let live = namespaces.iter().filter(|ns| !ns.deleting);
+    let mut out: Vec<String> = match (&spec.namespaces, &spec.namespace_selector) {
+        (Some(names), _) => live
+            .filter(|ns| names.contains(&ns.name))
+            .map(|ns| ns.name.clone())
+            .collect(),
+        (None, Some(selector)) => {
+            let mut out = Vec::new();
+            for ns in live {
+                if selector_matches(selector, &ns.labels)? {
+                    out.push(ns.name.clone());
+                }
+            }
+            out
+        }
+        (None, None) => Vec::new(),
+    };
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// The tenant's status: matched namespaces and `Ready`. Returns the status
+/// and whether `Ready` changed.
+pub fn plan_status(
+    previous: &DaosTenantStatus,
+    generation: Option<i64>,
+    spec: &DaosTenantSpec,
+    pools: &BTreeSet<String>,
+    namespaces: &[NamespaceView],
+) -> (DaosTenantStatus, bool) {
+    let mut status = DaosTenantStatus {
+        observed_generation: generation,
+        conditions: previous.conditions.clone(),
+        ..Default::default()
+    };
+    let matched = matched_namespaces(spec, namespaces);
+    let missing: Vec<&str> = spec
+        .allowed_pools
+        .iter()
+        .filter(|p| !pools.contains(*p))
+        .map(String::as_str)
+        .collect();
+    let (ready, reason, message) = if let Some(problem) = principal_problem(&spec.principal) {
+        (false, INVALID_PRINCIPAL, problem)
+    } else if let Err(problem) = &matched {
+        (false, INVALID_SELECTOR, problem.clone())
+    } else if !missing.is_empty() {
+        (
+            false,
+            POOL_NOT_FOUND,
+            format!("allowed pools without a DaosPool: {}", missing.join(", ")),
+        )
+    } else {
+        (
+            true,
+            TENANT_READY,
+            format!(
+                "principal {}; all {} allowed pools exist",
+                spec.principal,
+                spec.allowed_pools.len()
+            ),
+        )
+    };
+    status.namespaces = matched.unwrap_or_default();
+    let changed = set_condition(
+        &mut status.conditions,
+        condition::READY,
+        ready,
+        reason,
+        &message,
+        generation,
+    );
+    (status, changed)
+}
+
+async fn apply_status(api: &Api<DaosTenant>, name: &str, status: &DaosTenantStatus) -> Result<()> {
+    let patch = json!({
+        "apiVersion": "dpufs.io/v1alpha1",
+        "kind": "DaosTenant",
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+fn key(t: &DaosTenant) -> String {
+    format!("DaosTenant/{}", t.name_any())
+}
+
+/// Reconciles one DaosTenant.
+pub async fn reconcile(tenant: Arc<DaosTenant>, ctx: Arc<Context>) -> Result<Action> {
+    let start = Instant::now();
+    let result = reconcile_inner(&tenant, &ctx).await;
+    ctx.metrics
+        .observe("DaosTenant", start.elapsed(), result.as_ref().err());
+    if result.is_ok() {
+        ctx.backoff.reset(&key(&tenant));
+    }
+    result
+}
+
+async fn reconcile_inner(tenant: &DaosTenant, ctx: &Context) -> Result<Action> {
+    let name = tenant.name_any();
+    let api: Api<DaosTenant> = Api::all(ctx.client.clone());
+    let pools: BTreeSet<String> = Api::<DaosPool>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    let namespaces: Vec<NamespaceView> = Api::<Namespace>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .iter()
+        .map(NamespaceView::from)
+        .collect();
+    let previous = tenant.status.clone().unwrap_or_default();
+    let (status, changed) = plan_status(
+        &previous,
+        tenant.metadata.generation,
+        &tenant.spec,
+        &pools,
+        &namespaces,
+    );
+    if status != previous {
+        apply_status(&api, &name, &status).await?;
+    }
+    if changed && let Some(c) = crate::conditions::get(&status.conditions, condition::READY) {
+        let t = if c.status == "True" {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        let reason = if c.status == "True" {
+            "Ready"
+        } else {
+            &c.reason
+        };
+        publish(ctx, tenant, t, reason, c.message.clone()).await;
+    }
+    Ok(Action::requeue(ctx.resync))
+}
+
+pub fn error_policy(
+    tenant: Arc<DaosTenant>,
+    err: &crate::error::Error,
+    ctx: Arc<Context>,
+) -> Action {
+    let delay = ctx.backoff.next(&key(&tenant)).min(ctx.resync);
+    tracing::warn!(tenant = %tenant.name_any(), error = %err, reason = err.reason(), ?delay, "DaosTenant reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Whether a namespace change can change `tenant`'s namespaces: it is named,
+/// was matched, or matches the selector now.
+fn concerns(tenant: &DaosTenant, ns: &NamespaceView) -> bool {
+    let named = tenant
+        .spec
+        .namespaces
+        .as_ref()
+        .is_some_and(|n| n.contains(&ns.name));
+    let was_matched = tenant
+        .status
+        .as_ref()
+        .is_some_and(|s| s.namespaces.contains(&ns.name));
+    let matches_now = tenant
+        .spec
+        .namespace_selector
+        .as_ref()
+        .is_some_and(|sel| selector_matches(sel, &ns.labels).unwrap_or(true));
+    named || was_matched || matches_now
+}
+
+/// Runs the DaosTenant controller; DaosPool and Namespace changes re-trigger
+/// the tenants they concern.
+pub async fn run(ctx: Arc<Context>) {
+    let tenants: Api<DaosTenant> = Api::all(ctx.client.clone());
+    let pools: Api<DaosPool> = Api::all(ctx.client.clone());
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    let controller = Controller::new(tenants, watcher::Config::default());
+    let by_pool = controller.store();
+    let by_namespace = controller.store();
+    controller
+        .watches(pools, watcher::Config::default(), move |p| {
+            let name = p.name_any();
+            by_pool
+                .state()
+                .into_iter()
+                .filter(|t| t.spec.allowed_pools.contains(&name))
+                .map(|t| ObjectRef::from_obj(&*t))
+                .collect::<Vec<_>>()
+        })
+        .watches(namespaces, watcher::Config::default(), move |ns| {
+            let view = NamespaceView::from(&ns);
+            by_namespace
+                .state()
+                .into_iter()
+                .filter(|t| concerns(t, &view))
+                .map(|t| ObjectRef::from_obj(&*t))
+                .collect::<Vec<_>>()
+        })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "DaosTenant reconcile error");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn ns(name: &str, pairs: &[(&str, &str)]) -> NamespaceView {
+        NamespaceView {
+            name: name.into(),
+            labels: labels(pairs),
+            deleting: false,
+        }
+    }
+
+    fn req(key: &str, op: &str, values: &[&str]) -> LabelSelectorRequirement {
+        LabelSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: (!values.is_empty()).then(|| values.iter().map(|v| v.to_string()).collect()),
+        }
+    }
+
+    fn spec(v: serde_json::Value) -> DaosTenantSpec {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn ready(s: &DaosTenantStatus) -> (String, String, String) {
+        let c = crate::conditions::get(&s.conditions, condition::READY).unwrap();
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    #[test]
+    fn selectors_follow_kubernetes_semantics() {
+        let l = labels(&[("tenant", "a"), ("env", "prod")]);
+        let sel = |ml: &[(&str, &str)], me: Vec<LabelSelectorRequirement>| LabelSelector {
+            match_labels: (!ml.is_empty()).then(|| labels(ml)),
+            match_expressions: (!me.is_empty()).then_some(me),
+        };
+        assert_eq!(
+            selector_matches(&sel(&[], vec![]), &l),
+            Ok(true),
+            "empty matches all"
+        );
+        assert_eq!(
+            selector_matches(&sel(&[("tenant", "a")], vec![]), &l),
+            Ok(true)
+        );
+        assert_eq!(
+            selector_matches(&sel(&[("tenant", "b")], vec![]), &l),
+            Ok(false)
+        );
+        let cases = [
+            (req("env", "In", &["prod", "dev"]), true),
+            (req("env", "In", &["dev"]), false),
+            (req("env", "NotIn", &["dev"]), true),
+            (req("missing", "NotIn", &["x"]), true),
+            (req("env", "NotIn", &["prod"]), false),
+            (req("env", "Exists", &[]), true),
+            (req("missing", "Exists", &[]), false),
+            (req("missing", "DoesNotExist", &[]), true),
+            (req("env", "DoesNotExist", &[]), false),
+        ];
+        for (r, want) in cases {
+            let s = sel(&[("tenant", "a")], vec![r.clone()]);
+            assert_eq!(selector_matches(&s, &l), Ok(want), "{r:?}");
+        }
+        for bad in [
+            req("env", "In", &[]),
+            req("env", "Exists", &["x"]),
+            req("env", "Equals", &["prod"]),
+        ] {
+            assert!(
+                selector_matches(&sel(&[], vec![bad.clone()]), &l).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn named_namespaces_are_those_that_exist() {
+        let s = spec(serde_json::json!({
+            "namespaces": ["b", "a", "gone"], "allowedPools": ["p"], "principal": "t@"
+        }));
+        let mut dying = ns("c", &[]);
+        dying.deleting = true;
+        let all = [ns("a", &[]), ns("b", &[]), ns("x", &[]), dying];
+        assert_eq!(matched_namespaces(&s, &all).unwrap(), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn selected_namespaces_match_labels_and_skip_deleting_ones() {
+        let s = spec(serde_json::json!({
+            "namespaceSelector": {"matchLabels": {"dpufs.io/tenant": "r"}},
+            "allowedPools": ["p"], "principal": "t@"
+        }));
+        let mut dying = ns("c", &[("dpufs.io/tenant", "r")]);
+        dying.deleting = true;
+        let all = [
+            ns("b", &[("dpufs.io/tenant", "r")]),
+            ns("a", &[("dpufs.io/tenant", "r"), ("x", "y")]),
+            ns("other", &[("dpufs.io/tenant", "s")]),
+            dying,
+        ];
+        assert_eq!(matched_namespaces(&s, &all).unwrap(), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn ready_needs_every_pool_and_a_valid_principal() {
+        let s = spec(serde_json::json!({
+            "namespaces": ["a"], "allowedPools": ["p1", "p2", "p3"], "principal": "team@"
+        }));
+        let nss = [ns("a", &[])];
+        let some: BTreeSet<String> = ["p2".to_string()].into();
+        let (st, changed) = plan_status(&DaosTenantStatus::default(), Some(1), &s, &some, &nss);
+        assert!(changed);
+        let (status, reason, msg) = ready(&st);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", POOL_NOT_FOUND)
+        );
+        assert!(msg.contains("p1, p3") && !msg.contains("p2"), "{msg}");
+        assert_eq!(st.namespaces, vec!["a"]);
+        assert_eq!(st.observed_generation, Some(1));
+
+        let all: BTreeSet<String> = ["p1", "p2", "p3"].map(String::from).into();
+        let (st2, changed) = plan_status(&st, Some(1), &s, &all, &nss);
+        assert!(changed);
+        assert_eq!(ready(&st2).0, "True");
+        assert_eq!(ready(&st2).1, TENANT_READY);
+        let (st3, changed) = plan_status(&st2, Some(1), &s, &all, &nss);
+        assert!(!changed);
+        assert_eq!(st3, st2, "nothing new, nothing to write");
+
+        for bad in ["OWNER@", "team", "a:b@", "@", "a@b@"] {
+            let mut s = s.clone();
+            s.principal = bad.into();
+            let (st, _) = plan_status(&st2, Some(2), &s, &all, &nss);
+            assert_eq!(ready(&st).1, INVALID_PRINCIPAL, "{bad}");
+        }
+        assert_eq!(principal_problem("team-a@"), None);
+        assert_eq!(principal_problem("alice@example.com"), None);
+    }
+
+    #[test]
+    fn an_invalid_selector_is_reported() {
+        let s = spec(serde_json::json!({
+            "namespaceSelector": {"matchExpressions": [{"key": "k", "operator": "In"}]},
+            "allowedPools": ["p"], "principal": "t@"
+        }));
+        let pools: BTreeSet<String> = ["p".to_string()].into();
+        let (st, _) = plan_status(
+            &DaosTenantStatus::default(),
+            None,
+            &s,
+            &pools,
+            &[ns("a", &[("k", "v")])],
+        );
+        let (status, reason, msg) = ready(&st);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", INVALID_SELECTOR)
+        );
+        assert!(msg.contains("needs values"), "{msg}");
+        assert!(st.namespaces.is_empty());
+    }
+}
