@@ -70,6 +70,10 @@ pub struct Context {
     pub resync: Duration,
     /// How often a blocked deletion is re-checked.
     pub blocked_retry: Duration,
+    /// How often each DaosSystem's management service is asked who leads and
+    /// which ranks are up: shorter than `resync`, so READY and LEADER stop
+    /// claiming a stopped system within seconds (one cheap query per system).
+    pub system_probe: Duration,
 }
 
 impl std::fmt::Debug for Context {
@@ -78,6 +82,7 @@ impl std::fmt::Debug for Context {
             .field("systems", &self.systems)
             .field("resync", &self.resync)
             .field("blocked_retry", &self.blocked_retry)
+            .field("system_probe", &self.system_probe)
             .finish_non_exhaustive()
     }
 }
@@ -97,6 +102,7 @@ impl Context {
             backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
             resync: Duration::from_secs(60),
             blocked_retry: Duration::from_secs(15),
+            system_probe: Duration::from_secs(10),
         }
     }
 }

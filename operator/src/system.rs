@@ -184,16 +184,16 @@ async fn reconcile_inner(sys: &DaosSystem, ctx: &Context) -> Result<Action> {
         }
     }
     match observed {
-        Ok(_) => Ok(Action::requeue(ctx.resync)),
+        Ok(_) => Ok(Action::requeue(ctx.system_probe)),
         Err(e) => Err(e),
     }
 }
 
 /// Retries a system that could not be queried with backoff, but never less
-/// often than the resync, so a system that comes back is seen as soon as a
+/// often than the probe interval, so a system that comes back is seen as soon as a
 /// healthy one would be.
 pub fn error_policy(sys: Arc<DaosSystem>, err: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.backoff.next(&key(&sys)).min(ctx.resync);
+    let delay = ctx.backoff.next(&key(&sys)).min(ctx.system_probe);
     tracing::warn!(system = %sys.name_any(), error = %err, reason = err.system_reason(), ?delay, "DaosSystem query failed");
     Action::requeue(delay)
 }

@@ -55,6 +55,7 @@ impl Operator {
             dpufs_operator::systems::SystemClients::new(client.clone(), tls.to_path_buf())
                 .with_request_timeout(Duration::from_secs(2));
         ctx.resync = RESYNC;
+        ctx.system_probe = RESYNC;
         ctx.blocked_retry = Duration::from_millis(300);
         ctx.backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(1));
         Operator(tokio::spawn(dpufs_operator::run_controllers(Arc::new(ctx))))

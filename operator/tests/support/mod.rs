@@ -183,6 +183,7 @@ pub fn context(client: &kube::Client, tls: &Path) -> Arc<Context> {
     ctx.systems = dpufs_operator::systems::SystemClients::new(client.clone(), tls.to_path_buf())
         .with_request_timeout(Duration::from_secs(2));
     ctx.resync = Duration::from_millis(500);
+    ctx.system_probe = Duration::from_millis(500);
     ctx.blocked_retry = Duration::from_millis(300);
     ctx.backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(1));
     Arc::new(ctx)
