@@ -8,9 +8,10 @@ use std::str::FromStr;
 use crate::Access;
 use crate::keys::key_index;
 
-/// A set of responder checks. [`NicChecks::ALL`] is the only setting for real use; the
-/// switches exist so the conformance suite can show that each check is needed (every switched
-/// off check makes a named test fail).
+/// A set of responder checks. [`NicChecks::ALL`] is the only setting for real use, and the
+/// only one a build without the cargo feature `testing` has; the switches of a test build exist
+/// so the conformance suite can show that each check is needed (every switched off check makes
+/// a named test fail).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct NicChecks(u32);
 

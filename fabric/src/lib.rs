@@ -11,8 +11,18 @@
 //!   in shared memory, so every process on the node shares one key index space as they share an
 //!   HCA; QPs carried over TCP; a responder that makes the NIC's checks in the NIC's order
 //!   ([`NicChecks`]) with the NIC's failure semantics.
-//! - [`conformance`]: one suite of isolation cases, run across real processes against every
-//!   provider present, plus the peer process protocol it drives.
+//! - `conformance` (feature `testing`): one suite of isolation cases, run across real processes
+//!   against every provider present, plus the peer process protocol it drives.
+//!
+//! # The `testing` feature
+//!
+//! Everything that exists only to test the isolation is behind the cargo feature `testing`,
+//! off by default, so a shipped binary has none of it: the `DPUFS_FABRIC_DISABLE_CHECKS` switch
+//! and `soft::DeviceOptions::disabled_checks` (without the feature every responder makes every
+//! check, whatever the environment or the device file say), `session::Forgery` with
+//! `session::Connection::call_forged`, `session::testing`, `conformance`, and the peer binaries
+//! of the tests. Tests get it from `[dev-dependencies]` (this crate's own from a dependency on
+//! itself); docs/fabric.md says why.
 //!
 //! # Mapping onto verbs
 //!
@@ -39,6 +49,7 @@
 //! (rdma-isolation.md, "ibverbs crate facts").
 
 pub mod checks;
+#[cfg(feature = "testing")]
 pub mod conformance;
 mod error;
 #[cfg(feature = "rdma")]

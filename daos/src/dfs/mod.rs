@@ -8,11 +8,13 @@
 //!
 //! Backends: the engine over a [`DfsTransport`] (`EngineDfs`; the fabric in production), and
 //! a local directory (`LocalDfs`), the reference the differential POSIX suite
-//! ([`conformance`]) compares every backend with. Layout, semantics and the allow-list of
-//! differences: `docs/dfs.md`.
+//! (`conformance`, with the cargo feature `testing` only: test code, not in shipped binaries)
+//! compares every backend with. Layout, semantics and the allow-list of differences:
+//! `docs/dfs.md`.
 
 use std::fmt;
 
+#[cfg(feature = "testing")]
 pub mod conformance;
 mod engine;
 pub mod fabric;

@@ -3,7 +3,7 @@
 //!
 //! Usage: `fabric-peer <device-dir>`. Devices are opened by name in that directory; set
 //! `DPUFS_FABRIC_DISABLE_CHECKS` to run this process's responders with checks switched off
-//! (test-only).
+//! (test-only). Built only with the feature `testing` (`required-features`), as the tests do.
 
 use std::io;
 use std::process::ExitCode;

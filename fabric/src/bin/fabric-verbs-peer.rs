@@ -2,7 +2,8 @@
 //! the JSON-lines control protocol of `dpufs_fabric::conformance` on stdin/stdout, opening real
 //! RDMA devices by name (`IbvDevice::open`). `fabric-peer` is its software-provider twin.
 //!
-//! Usage: `fabric-verbs-peer`. Built without feature `rdma`, it only says so and exits 2.
+//! Usage: `fabric-verbs-peer`. Built only with the feature `testing` (`required-features`), as
+//! the tests do; built without feature `rdma`, it only says so and exits 2.
 
 use std::process::ExitCode;
 

@@ -2,6 +2,8 @@
 //! worker on a node does), its own tenant session, connects to a session server with the
 //! capability it is given, and moves data in a loop while the test attacks from elsewhere.
 //!
+//! Built only with the feature `testing` (`required-features`), as the tests and benchmarks do.
+//!
 //! Usage: `session-peer <device-dir> <device-name> <server-addr> <capability-hex> <seed>`, or
 //! `session-peer serve <device-dir> <device-name> <agent-public-key.pem>` to run a session
 //! server with the test key-value handler instead (benchmarks): it answers `listening <addr>`

@@ -13,6 +13,7 @@ use super::link::Link;
 use super::lock;
 use super::stats::bump;
 use super::tenant::SessionShared;
+#[cfg(feature = "testing")]
 use super::wire::LeaseClaim;
 use crate::provider::RdmaDevice;
 
@@ -54,9 +55,11 @@ pub struct Reply {
     pub bulk_len: usize,
 }
 
-/// **Test facility**: what a compromised worker could put in its own request header instead of
-/// the truth. It gives no power the worker process does not already have (the header is the
-/// worker's to write); the attack tests use it to show the server and the NIC checks hold.
+/// **Test facility** (feature `testing` only): what a compromised worker could put in its own
+/// request header instead of the truth. It gives no power the worker process does not already
+/// have (the header is the worker's to write); the attack tests use it to show the server and
+/// the NIC checks hold. A build without the feature has no way to send anything but the truth.
+#[cfg(feature = "testing")]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Forgery {
     /// Request id to send instead of the next one (replays).
@@ -156,10 +159,14 @@ impl<D: RdmaDevice> Connection<D> {
         reply: &mut Vec<u8>,
         timeout: Duration,
     ) -> Result<usize, SessionError> {
-        self.run(request, bulk, reply, timeout, None)
+        self.run(timeout, |link, deadline| {
+            link.call(request, bulk, reply, deadline)
+        })
     }
 
-    /// **Test facility** (see [`Forgery`]): a call whose header names what `forgery` says.
+    /// **Test facility** (feature `testing`, see [`Forgery`]): a call whose header names what
+    /// `forgery` says.
+    #[cfg(feature = "testing")]
     pub fn call_forged(
         &self,
         request: &[u8],
@@ -168,23 +175,23 @@ impl<D: RdmaDevice> Connection<D> {
         timeout: Duration,
     ) -> Result<Reply, SessionError> {
         let mut message = Vec::new();
-        let bulk_len = self.run(request, bulk, &mut message, timeout, Some(&forgery))?;
+        let bulk_len = self.run(timeout, |link, deadline| {
+            link.call_forged(request, bulk, &mut message, deadline, &forgery)
+        })?;
         Ok(Reply { message, bulk_len })
     }
 
+    /// Runs `call` on the live link (reconnecting first if needed) and counts it.
     fn run(
         &self,
-        request: &[u8],
-        bulk: Bulk<'_>,
-        reply: &mut Vec<u8>,
         timeout: Duration,
-        forgery: Option<&Forgery>,
+        call: impl FnOnce(&Link<D>, Instant) -> Result<usize, SessionError>,
     ) -> Result<usize, SessionError> {
         let deadline = Instant::now() + timeout;
         bump(&self.shared.counters.calls);
         let result = self
             .usable_link(deadline)
-            .and_then(|link| link.call(request, bulk, reply, deadline, forgery));
+            .and_then(|link| call(&link, deadline));
         if result.is_err() {
             bump(&self.shared.counters.failed_calls);
         }

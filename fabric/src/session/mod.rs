@@ -45,13 +45,16 @@ mod server;
 mod server_conn;
 mod stats;
 mod tenant;
+#[cfg(feature = "testing")]
 pub mod testing;
 mod wire;
 mod worker;
 
 pub use agent::{AgentKey, AgentPublicKey, TrustedAgents};
 pub use capability::{Capability, CapabilityError, Rights, SignedCapability, unix_now};
-pub use connection::{Bulk, Connection, Forgery, Reply};
+#[cfg(feature = "testing")]
+pub use connection::Forgery;
+pub use connection::{Bulk, Connection, Reply};
 pub use error::SessionError;
 pub use handler::{BulkAccess, Handler, Request};
 pub use lease::ScopedRkey;

@@ -47,8 +47,10 @@ use memory::Memory;
 use table::{DeviceTable, Geometry};
 
 /// Environment variable naming NIC checks to switch off (comma-separated, see
-/// [`NicChecks`]'s names). **Test-only**: it exists so the conformance suite can prove every
-/// check necessary. Whenever it disables anything, opening the device says so on stderr.
+/// [`NicChecks`]'s names). **Test-only**, and only in builds with the cargo feature `testing`:
+/// it exists so the conformance suite can prove every check necessary. Whenever it disables
+/// anything, opening the device says so on stderr. Without the feature nothing reads it.
+#[cfg(feature = "testing")]
 pub const DISABLE_CHECKS_ENV: &str = "DPUFS_FABRIC_DISABLE_CHECKS";
 
 /// Environment variable overriding the default device directory.
@@ -72,8 +74,10 @@ pub struct DeviceOptions {
     pub table_entries: u32,
     /// Key generator, when creating the device.
     pub key_gen: KeyGen,
-    /// **Test-only.** Checks this context's responders skip (added to those recorded in the
-    /// device and to [`DISABLE_CHECKS_ENV`]).
+    /// **Test-only** (feature `testing`). Checks this context's responders skip (added to
+    /// those recorded in the device and to [`DISABLE_CHECKS_ENV`]); recorded in the device
+    /// when this open creates it.
+    #[cfg(feature = "testing")]
     pub disabled_checks: NicChecks,
     /// Address QPs of this context accept connections on (TCP; port 0 picks one).
     pub listen: SocketAddr,
@@ -97,6 +101,7 @@ impl DeviceOptions {
             name: name.into(),
             table_entries: 1 << 16,
             key_gen: KeyGen::default(),
+            #[cfg(feature = "testing")]
             disabled_checks: NicChecks::NONE,
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             responder_poll: responder_poll_from_env(),
@@ -149,8 +154,9 @@ pub(crate) struct Context {
     pub id: u32,
     /// Process-unique id.
     pub uid: u64,
-    /// Checks this context's responders make.
-    pub checks: NicChecks,
+    /// Checks this context's responders make (see [`Context::checks`]).
+    #[cfg(feature = "testing")]
+    checks: NicChecks,
     pub key_gen: KeyGen,
     pub mem_dir: PathBuf,
     /// Registered memory by id: this context's own buffers, plus buffers of other contexts a
@@ -181,35 +187,18 @@ impl SoftDevice {
     pub fn open(opts: &DeviceOptions) -> Result<SoftDevice> {
         std::fs::create_dir_all(&opts.dir)
             .map_err(|e| FabricError::io(format!("create {}", opts.dir.display()), e))?;
-        let env_disabled = match std::env::var(DISABLE_CHECKS_ENV) {
-            Ok(v) => v
-                .parse::<NicChecks>()
-                .map_err(FabricError::InvalidArgument)?,
-            Err(_) => NicChecks::NONE,
-        };
+        let switches = Switches::read(opts)?;
         let path = opts.dir.join(&opts.name);
         let table = DeviceTable::open(
             &path,
             Geometry {
                 entries: opts.table_entries,
                 key_gen: opts.key_gen,
-                disabled_checks: opts.disabled_checks,
+                disabled_checks: switches.to_record(),
             },
         )?;
-        let disabled = table
-            .disabled_checks()
-            .union(opts.disabled_checks)
-            .union(env_disabled);
-        if !disabled.is_empty() {
-            // Loud on purpose: a device with checks off gives no isolation at all. Both
-            // channels, so it shows with or without a tracing subscriber.
-            eprintln!(
-                "dpufs-fabric: WARNING: NIC checks DISABLED on device {} ({disabled}); \
-                 test-only setting, no isolation",
-                path.display()
-            );
-            tracing::error!(device = %path.display(), checks = %disabled, "NIC checks disabled (test-only)");
-        }
+        #[cfg_attr(not(feature = "testing"), allow(unused_variables))]
+        let checks = switches.checks(&table, &path);
         let mem_dir = opts.dir.join(format!("{}.mem", opts.name));
         std::fs::create_dir_all(&mem_dir)
             .map_err(|e| FabricError::io(format!("create {}", mem_dir.display()), e))?;
@@ -233,7 +222,8 @@ impl SoftDevice {
             table,
             id,
             uid: NEXT_CONTEXT_UID.fetch_add(1, Ordering::Relaxed),
-            checks: NicChecks::ALL.without(disabled),
+            #[cfg(feature = "testing")]
+            checks,
             mem_dir,
             memory: RwLock::new(HashMap::new()),
             qps: qps.clone(),
@@ -253,9 +243,10 @@ impl SoftDevice {
         Ok(SoftDevice { ctx })
     }
 
-    /// Checks this context's responders make.
+    /// Checks this context's responders make: all of them, except in a test build (feature
+    /// `testing`) told otherwise.
     pub fn enabled_checks(&self) -> NicChecks {
-        self.ctx.checks
+        self.ctx.checks()
     }
 
     /// Key generator of the device.
@@ -275,6 +266,21 @@ impl SoftDevice {
 }
 
 impl Context {
+    /// Checks this context's responders make (test build: as the switches said).
+    #[cfg(feature = "testing")]
+    #[inline]
+    pub fn checks(&self) -> NicChecks {
+        self.checks
+    }
+
+    /// Checks this context's responders make: without the feature `testing`, the constant
+    /// [`NicChecks::ALL`], so no responder check can be switched off at all.
+    #[cfg(not(feature = "testing"))]
+    #[inline]
+    pub fn checks(&self) -> NicChecks {
+        NicChecks::ALL
+    }
+
     /// Memory registered as `mem_id`: this context's own, or (with checks off) another context's
     /// buffer on the same device, mapped on demand.
     pub fn memory(&self, mem_id: u64) -> Option<Arc<Memory>> {
@@ -324,6 +330,81 @@ impl Drop for Context {
         for l in &self.listeners {
             l.shut();
         }
+    }
+}
+
+/// The test-only check switches of a device open: the options' and the environment's, and
+/// those recorded in the device file by the test that created it (feature `testing`).
+#[cfg(feature = "testing")]
+struct Switches {
+    options: NicChecks,
+    env: NicChecks,
+}
+
+#[cfg(feature = "testing")]
+impl Switches {
+    /// The options' switches and [`DISABLE_CHECKS_ENV`]'s (an unknown name is an error).
+    fn read(opts: &DeviceOptions) -> Result<Switches> {
+        let env = match std::env::var(DISABLE_CHECKS_ENV) {
+            Ok(v) => v
+                .parse::<NicChecks>()
+                .map_err(FabricError::InvalidArgument)?,
+            Err(_) => NicChecks::NONE,
+        };
+        Ok(Switches {
+            options: opts.disabled_checks,
+            env,
+        })
+    }
+
+    /// What a device this open creates records (the options', not the environment's).
+    fn to_record(&self) -> NicChecks {
+        self.options
+    }
+
+    /// The checks the context's responders make; says so loudly if any is off.
+    fn checks(&self, table: &DeviceTable, path: &Path) -> NicChecks {
+        let disabled = table.disabled_checks().union(self.options).union(self.env);
+        if !disabled.is_empty() {
+            // Loud on purpose: a device with checks off gives no isolation at all. Both
+            // channels, so it shows with or without a tracing subscriber.
+            eprintln!(
+                "dpufs-fabric: WARNING: NIC checks DISABLED on device {} ({disabled}); \
+                 test-only setting, no isolation",
+                path.display()
+            );
+            tracing::error!(device = %path.display(), checks = %disabled, "NIC checks disabled (test-only)");
+        }
+        NicChecks::ALL.without(disabled)
+    }
+}
+
+/// Without the feature `testing` there are no switches: nothing is read from the
+/// environment, nothing recorded, and a switch a test build recorded in the device file is
+/// ignored (every responder of this build makes every check).
+#[cfg(not(feature = "testing"))]
+struct Switches;
+
+#[cfg(not(feature = "testing"))]
+impl Switches {
+    fn read(_: &DeviceOptions) -> Result<Switches> {
+        Ok(Switches)
+    }
+
+    fn to_record(&self) -> NicChecks {
+        NicChecks::NONE
+    }
+
+    fn checks(&self, table: &DeviceTable, path: &Path) -> NicChecks {
+        let recorded = table.disabled_checks();
+        if !recorded.is_empty() {
+            tracing::warn!(
+                device = %path.display(),
+                checks = %recorded,
+                "device created by a test build with NIC checks off; ignored, this build makes every check"
+            );
+        }
+        NicChecks::ALL
     }
 }
 

@@ -147,7 +147,7 @@ fn serve(
         Some(handed) if len > 0 => Some(handed.receive(fd, len).map_err(|_| Fatal::transport())?),
         _ => None,
     };
-    let target = check_rma(qp.ctx.checks, me, op, f.key, f.addr, len, |index| {
+    let target = check_rma(qp.ctx.checks(), me, op, f.key, f.addr, len, |index| {
         qp.ctx.table.object(index)
     })?;
     // Resolve the memory before consuming any payload: a refused WRITE never lands.

@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use super::{CallGuard, Link, Outcome, Phase, REVOKE_WAIT, SEND, SIGNAL_EVERY, wr_id};
 use crate::provider::{MemoryRegion, RdmaDevice};
-use crate::session::connection::{Bulk, Forgery};
+use crate::session::connection::Bulk;
+#[cfg(feature = "testing")]
+use crate::session::connection::Forgery;
 use crate::session::error::SessionError;
 use crate::session::lock;
 use crate::session::stats::{LeaseEventKind, add, bump};
@@ -26,9 +28,53 @@ impl<D: RdmaDevice> Link<D> {
         bulk: Bulk<'_>,
         reply: &mut Vec<u8>,
         deadline: Instant,
-        forgery: Option<&Forgery>,
     ) -> Result<usize, SessionError> {
         let started = Instant::now();
+        let mut call = self.prepare(request, &bulk, deadline, started)?;
+        let claim = call.lease.map(|l| l.claim());
+        let request_id = self.send(&mut call, claim, request.len(), next_id, deadline)?;
+        self.complete(call, request_id, bulk, reply, deadline, started)
+    }
+
+    /// **Test facility** (feature `testing`): [`Link::call`] with the request header naming
+    /// what `forgery` says (see [`Forgery`]).
+    #[cfg(feature = "testing")]
+    pub fn call_forged(
+        &self,
+        request: &[u8],
+        bulk: Bulk<'_>,
+        reply: &mut Vec<u8>,
+        deadline: Instant,
+        forgery: &Forgery,
+    ) -> Result<usize, SessionError> {
+        let started = Instant::now();
+        let mut call = self.prepare(request, &bulk, deadline, started)?;
+        let claim = forgery.lease.or_else(|| call.lease.map(|l| l.claim()));
+        let len = request.len();
+        let request_id = match forgery.request_id {
+            // Sent as it is; later calls still get ids above every one sent.
+            Some(id) => {
+                let forced = |last: &mut u64| {
+                    *last = (*last).max(id);
+                    id
+                };
+                self.send(&mut call, claim, len, forced, deadline)?
+            }
+            None => self.send(&mut call, claim, len, next_id, deadline)?,
+        };
+        self.complete(call, request_id, bulk, reply, deadline, started)
+    }
+
+    /// Checks the sizes, takes a call context, writes the request into its send buffer and,
+    /// if there is bulk, leases a slot (filled for [`Bulk::ToServer`]) and binds the context's
+    /// window over it.
+    fn prepare(
+        &self,
+        request: &[u8],
+        bulk: &Bulk<'_>,
+        deadline: Instant,
+        started: Instant,
+    ) -> Result<CallGuard<'_, D>, SessionError> {
         if request.len() > MAX_CONTROL_MESSAGE {
             return Err(SessionError::MessageTooLarge {
                 len: request.len(),
@@ -52,39 +98,56 @@ impl<D: RdmaDevice> Link<D> {
         let mr = self.block.mr();
         mr.write_at(self.send_offset(idx) + REQUEST_HEADER_LEN, request)?;
         if !bulk.is_empty() {
-            let (pool, right) = match &bulk {
+            let (pool, right) = match bulk {
                 Bulk::ToServer(_) => (&self.shared.write_pool, LeaseRight::RemoteRead),
                 _ => (&self.shared.read_pool, LeaseRight::RemoteWrite),
             };
             let slot = pool
                 .acquire(deadline)
                 .ok_or_else(|| self.timeout(0, started))?;
-            if let Bulk::ToServer(data) = &bulk {
+            if let Bulk::ToServer(data) = bulk {
                 slot.mr().write_at(slot.offset(), data)?;
             }
             call.lease = Some(self.bind(idx, &slot, bulk.len(), right, deadline)?);
             call.slot = Some(slot);
         }
-        let claim = match forgery {
-            Some(f) if f.lease.is_some() => f.lease,
-            _ => call.lease.map(|l| l.claim()),
-        };
+        Ok(call)
+    }
+
+    /// Sends the prepared call's request naming `claim`, with the id `assign_id` takes from
+    /// the last one assigned (see [`Link::post_request`]).
+    fn send(
+        &self,
+        call: &mut CallGuard<'_, D>,
+        claim: Option<LeaseClaim>,
+        msg_len: usize,
+        assign_id: impl FnOnce(&mut u64) -> u64,
+        deadline: Instant,
+    ) -> Result<u64, SessionError> {
         let flags = match (call.lease, self.shared.config.invalidation) {
             (Some(_), Invalidation::WithReply) => FLAG_INVALIDATE_WITH_REPLY,
             _ => 0,
         };
-        let forced = forgery.and_then(|f| f.request_id);
-        let request_id = match self.post_request(idx, flags, claim, request.len(), forced, deadline)
-        {
-            Ok(id) => id,
-            Err(e) => {
+        self.post_request(call.idx, flags, claim, msg_len, assign_id, deadline)
+            .inspect_err(|_| {
                 // The window may be bound: keep its slot until the QP is gone.
                 self.fail(None, "posting a request failed");
-                lock(&self.ctxs[idx as usize].state).parked_slot = call.slot.take();
-                return Err(e);
-            }
-        };
-        let ctx = &self.ctxs[idx as usize];
+                lock(&self.ctxs[call.idx as usize].state).parked_slot = call.slot.take();
+            })
+    }
+
+    /// Waits for the reply to request `request_id` (or times out, revoking the window), then
+    /// finishes the call.
+    fn complete(
+        &self,
+        mut call: CallGuard<'_, D>,
+        request_id: u64,
+        bulk: Bulk<'_>,
+        reply: &mut Vec<u8>,
+        deadline: Instant,
+        started: Instant,
+    ) -> Result<usize, SessionError> {
+        let ctx = &self.ctxs[call.idx as usize];
         let done = || lock(&ctx.state).outcome.is_some();
         if !self.router.wait(&done, deadline, &|wc| self.dispatch(wc))
             && let Some(err) = self.time_out(&mut call, request_id, started)
@@ -112,28 +175,20 @@ impl<D: RdmaDevice> Link<D> {
         }
     }
 
-    /// Assigns the request id and posts the SEND, under one lock so ids reach the server in
+    /// Assigns the request id (`assign_id` gets the last one assigned, and is [`next_id`]
+    /// except for forged calls) and posts the SEND, under one lock so ids reach the server in
     /// increasing order.
-    pub(super) fn post_request(
+    fn post_request(
         &self,
         idx: u16,
         flags: u8,
         lease: Option<LeaseClaim>,
         msg_len: usize,
-        forced_id: Option<u64>,
+        assign_id: impl FnOnce(&mut u64) -> u64,
         deadline: Instant,
     ) -> Result<u64, SessionError> {
         let mut next = lock(&self.next_id);
-        let request_id = match forced_id {
-            Some(id) => {
-                *next = (*next).max(id);
-                id
-            }
-            None => {
-                *next += 1;
-                *next
-            }
-        };
+        let request_id = assign_id(&mut next);
         let header = RequestHeader {
             flags,
             tag: idx,
@@ -239,4 +294,10 @@ impl<D: RdmaDevice> Link<D> {
             detail: detail.into(),
         }
     }
+}
+
+/// The id of a call's request: the one after the last assigned.
+fn next_id(last: &mut u64) -> u64 {
+    *last += 1;
+    *last
 }
