@@ -1,5 +1,5 @@
 //! Software provider vs plain TCP between the same two processes, side by side in one run
-//! (design.md §Performance protocol): 1 MiB RDMA WRITE and READ throughput against a TCP
+//! (docs/benchmarks.md: ratios measured side by side in one run): 1 MiB RDMA WRITE and READ throughput against a TCP
 //! stream, and 4 KiB round trips (RDMA READ, RDMA WRITE until its ACK) against a TCP
 //! request/response loop, with the CPU time of both processes per GiB moved.
 //!

@@ -1,4 +1,4 @@
-//! The RDMA-first transport of dpufs (design.md §Fabric providers, §Tenant isolation).
+//! The RDMA-first transport of dpufs (docs/architecture.md, "Fabric providers" and "Tenant isolation").
 //!
 //! The data plane moves file data only by one-sided RMA into registered memory, and tenant
 //! isolation rests on the checks the NIC makes on every incoming RDMA READ/WRITE. This crate has:

@@ -1,3 +1,4 @@
+// Over 600 lines: one model-based property test: the model, the operations and the checker belong together.
 //! Property test: random sequences of registrations, window binds, invalidations,
 //! deregistrations, reconnects and remote accesses (with random keys, ranges, rights and QPs)
 //! run against the software provider and against a small reference model of the verbs rules

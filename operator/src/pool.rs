@@ -1,3 +1,4 @@
+// Over 600 lines: the DaosPool controller's planning functions and its executor read best side by side.
 //! The DaosPool controller.
 //!
 //! The decisions (create spec, property drift, ACL changes, deletion

@@ -1,3 +1,4 @@
+// Over 600 lines: every DaosPool/DaosContainer scenario shares one harness, on the fake and a real API server.
 //! The DaosPool and DaosContainer controllers (real kube-runtime
 //! Controllers) against a real `dpufs-engine` process, each scenario twice:
 //! on the in-crate fake API server and on a real kube-apiserver (see

@@ -1,3 +1,4 @@
+// Over 600 lines: the DaosSystem/DaosTenant/DaosContainer scenarios share one bed and its helpers.
 //! The DaosSystem and DaosTenant controllers, and the DaosContainer
 //! properties that reach DAOS, with the real kube-runtime Controllers and a
 //! real `dpufs-engine` process.

@@ -1,3 +1,4 @@
+// Over 600 lines: the conformance cases are one list, run in order against every provider.
 //! The cases. Each sets up its own PDs, MRs, windows and connections, so cases are independent;
 //! each returns at the first deviation with what it expected and what it saw.
 //!

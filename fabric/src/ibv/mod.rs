@@ -1,4 +1,5 @@
-//! The verbs provider: real ibverbs behind cargo feature `rdma` (design.md §Fabric providers).
+// Over 600 lines: the verbs provider's device, PD, MR and window code over one unsafe boundary.
+//! The verbs provider: real ibverbs behind cargo feature `rdma` (docs/architecture.md, "Fabric providers").
 //!
 //! [`IbvDevice`] implements [`RdmaDevice`] over libibverbs: raw `ibverbs-sys` calls, plus a small
 //! C shim (`shim.c`, compiled by build.rs) for the verbs that are `static inline` in

@@ -1,4 +1,4 @@
-//! Tenant sessions on the fabric (design.md §Tenant isolation, rdma-isolation.md §7).
+//! Tenant sessions on the fabric (docs/architecture.md, "Tenant isolation"; docs/fabric.md).
 //!
 //! Each tenant worker (one per (tenant, volume) on a node) gets what a BlueField-3 gives it: its
 //! own protection domain, its own QPs, buffers registered once with least rights, and rkeys

@@ -1,3 +1,4 @@
+// Over 600 lines: one RC queue pair state machine: send queue, receive queue and the NIC checks in order.
 //! RC queue pairs of the software device: the verbs state machine, the send queue with its
 //! in-order completions, the receive queue, and the error semantics (a failed work request or
 //! a NAK moves the QP to ERROR, flushes everything outstanding, and tells the peer by closing

@@ -1,3 +1,4 @@
+// Over 600 lines: one fake API server: routing, storage, watch and apply share one state and one lock.
 //! Test support: an in-memory, stateful fake Kubernetes API server.
 //!
 //! [`FakeApiServer`] is a `tower::Service` that `kube::Client::new` accepts.
