@@ -5,15 +5,13 @@
 use crate::Context;
 use crate::conditions::set_condition;
 use crate::error::{Error, Result};
-use crate::pool::{MANAGER, OWNED_ACL_ANNOTATION, owned_acl, plan_acl, publish};
-use dpufs_api::{
-    CONTAINER_FINALIZER, DaosContainer, DaosContainerStatus, DaosPool, DeletionPolicy, condition,
-};
+use crate::pool::{OWNED_ACL_ANNOTATION, owned_acl, plan_acl, publish};
+use crate::reconcile::{apply_status, log_results, measured};
+use dpufs_api::{CONTAINER_FINALIZER, DaosContainer, DaosPool, DeletionPolicy, condition};
 use dpufs_daos::{ContainerAdmin, ContainerSpec, DaosError};
 use dpufs_proto::daos::props::{
     CONT_DPUFS_CHUNK_SIZE, CONT_DPUFS_QUOTA, CONT_LAYOUT_TYPE, CONT_RD_FAC, LAYOUT_POSIX, PropValue,
 };
-use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -22,7 +20,6 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use serde_json::json;
 use std::sync::Arc;
-use std::time::Instant;
 use uuid::Uuid;
 
 /// Namespace of container UUIDs: `Uuid::new_v5(CONTAINER_UUID_NAMESPACE, metadata.uid)`.
@@ -103,22 +100,6 @@ pub fn create_spec(c: &DaosContainer, pool_uuid: &str, uuid: Uuid) -> Result<Con
     })
 }
 
-async fn apply_status(
-    api: &Api<DaosContainer>,
-    name: &str,
-    status: &DaosContainerStatus,
-) -> Result<()> {
-    let patch =
-        json!({"apiVersion": "dpufs.io/v1alpha1", "kind": "DaosContainer", "status": status});
-    api.patch_status(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
 async fn set_finalizers(api: &Api<DaosContainer>, c: &DaosContainer, f: Vec<String>) -> Result<()> {
     let patch = json!({"metadata": {"finalizers": f, "resourceVersion": c.resource_version()}});
     api.patch(
@@ -147,14 +128,7 @@ async fn pool_of(ctx: &Context, c: &DaosContainer) -> Result<(String, String)> {
 
 /// Reconciles one DaosContainer.
 pub async fn reconcile(c: Arc<DaosContainer>, ctx: Arc<Context>) -> Result<Action> {
-    let start = Instant::now();
-    let result = reconcile_inner(&c, &ctx).await;
-    ctx.metrics
-        .observe("DaosContainer", start.elapsed(), result.as_ref().err());
-    if result.is_ok() {
-        ctx.backoff.reset(&key(&c));
-    }
-    result
+    measured(&ctx, "DaosContainer", &key(&c), reconcile_inner(&c, &ctx)).await
 }
 
 fn key(c: &DaosContainer) -> String {
@@ -357,7 +331,7 @@ pub async fn run(ctx: Arc<Context>) {
     let pools: Api<DaosPool> = Api::all(ctx.client.clone());
     let controller = Controller::new(conts, watcher::Config::default());
     let store = controller.store();
-    controller
+    let results = controller
         .watches(pools, watcher::Config::default(), move |p| {
             let name = p.name_any();
             store
@@ -367,13 +341,8 @@ pub async fn run(ctx: Arc<Context>) {
                 .map(|c| ObjectRef::from_obj(&*c))
                 .collect::<Vec<_>>()
         })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "reconcile error");
-            }
-        })
-        .await;
+        .run(reconcile, error_policy, ctx);
+    log_results("DaosContainer", results).await;
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod error;
 pub mod leader;
 pub mod metrics;
 pub mod pool;
+mod reconcile;
 pub mod system;
 pub mod systems;
 pub mod tenant;

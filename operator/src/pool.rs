@@ -8,13 +8,13 @@
 use crate::Context;
 use crate::conditions::{self, set_condition};
 use crate::error::{Error, Result};
+use crate::reconcile::{apply_status, log_results, measured};
 use dpufs_api::{
     DaosContainer, DaosPool, DaosPoolSpec, DaosPoolStatus, DeletionPolicy, POOL_FINALIZER,
     PoolProperties, Reclaim, Scrub, SelfHeal, TierUsage, condition,
 };
 use dpufs_daos::{DaosError, PoolInfo, PoolSize, PoolSpec};
 use dpufs_proto::daos::props::PropValue;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -24,7 +24,6 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use std::sync::Arc;
-use std::time::Instant;
 use uuid::Uuid;
 
 /// Field manager of the operator's server-side applies.
@@ -288,21 +287,6 @@ where
     }
 }
 
-async fn apply_status(api: &Api<DaosPool>, name: &str, status: &DaosPoolStatus) -> Result<()> {
-    let patch = json!({
-        "apiVersion": "dpufs.io/v1alpha1",
-        "kind": "DaosPool",
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
 async fn set_finalizers(
     api: &Api<DaosPool>,
     pool: &DaosPool,
@@ -323,14 +307,8 @@ async fn set_finalizers(
 
 /// Reconciles one DaosPool.
 pub async fn reconcile(pool: Arc<DaosPool>, ctx: Arc<Context>) -> Result<Action> {
-    let start = Instant::now();
-    let result = reconcile_inner(&pool, &ctx).await;
-    ctx.metrics
-        .observe("DaosPool", start.elapsed(), result.as_ref().err());
-    if result.is_ok() {
-        ctx.backoff.reset(&pool.name_any());
-    }
-    result
+    let key = pool.name_any();
+    measured(&ctx, "DaosPool", &key, reconcile_inner(&pool, &ctx)).await
 }
 
 async fn reconcile_inner(pool: &DaosPool, ctx: &Context) -> Result<Action> {
@@ -626,7 +604,7 @@ pub async fn run(ctx: Arc<Context>) {
     let containers: Api<DaosContainer> = Api::all(ctx.client.clone());
     let controller = Controller::new(pools, watcher::Config::default());
     let store = controller.store();
-    controller
+    let results = controller
         .watches(systems, watcher::Config::default(), move |sys| {
             let name = sys.name_any();
             store
@@ -639,14 +617,8 @@ pub async fn run(ctx: Arc<Context>) {
         .watches(containers, watcher::Config::default(), |c| {
             Some(ObjectRef::<DaosPool>::new(&c.spec.pool_ref))
         })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
-            match res {
-                Ok((obj, _)) => tracing::debug!(pool = %obj.name, "reconciled"),
-                Err(e) => tracing::debug!(error = %e, "reconcile error"),
-            }
-        })
-        .await;
+        .run(reconcile, error_policy, ctx);
+    log_results("DaosPool", results).await;
 }
 
 #[cfg(test)]

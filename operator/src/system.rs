@@ -10,18 +10,16 @@
 use crate::Context;
 use crate::conditions::set_condition;
 use crate::error::{Error, Result};
-use crate::pool::{MANAGER, publish};
+use crate::pool::publish;
+use crate::reconcile::{apply_status, log_results, measured};
 use dpufs_api::{DaosSystem, DaosSystemStatus, condition};
 use dpufs_daos::{LeaderInfo, Member};
-use futures::StreamExt;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
-use serde_json::json;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Reason of `Ready=True`.
 pub const REACHABLE: &str = "Reachable";
@@ -124,35 +122,13 @@ pub async fn observe(ctx: &Context, sys: &DaosSystem) -> Result<Observation> {
     Ok(Observation { leader, members })
 }
 
-async fn apply_status(api: &Api<DaosSystem>, name: &str, status: &DaosSystemStatus) -> Result<()> {
-    let patch = json!({
-        "apiVersion": "dpufs.io/v1alpha1",
-        "kind": "DaosSystem",
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
 fn key(sys: &DaosSystem) -> String {
     format!("DaosSystem/{}", sys.name_any())
 }
 
 /// Reconciles one DaosSystem.
 pub async fn reconcile(sys: Arc<DaosSystem>, ctx: Arc<Context>) -> Result<Action> {
-    let start = Instant::now();
-    let result = reconcile_inner(&sys, &ctx).await;
-    ctx.metrics
-        .observe("DaosSystem", start.elapsed(), result.as_ref().err());
-    if result.is_ok() {
-        ctx.backoff.reset(&key(&sys));
-    }
-    result
+    measured(&ctx, "DaosSystem", &key(&sys), reconcile_inner(&sys, &ctx)).await
 }
 
 async fn reconcile_inner(sys: &DaosSystem, ctx: &Context) -> Result<Action> {
@@ -201,14 +177,9 @@ pub fn error_policy(sys: Arc<DaosSystem>, err: &Error, ctx: Arc<Context>) -> Act
 /// Runs the DaosSystem controller until the stream ends.
 pub async fn run(ctx: Arc<Context>) {
     let systems: Api<DaosSystem> = Api::all(ctx.client.clone());
-    Controller::new(systems, watcher::Config::default())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "DaosSystem reconcile error");
-            }
-        })
-        .await;
+    let results =
+        Controller::new(systems, watcher::Config::default()).run(reconcile, error_policy, ctx);
+    log_results("DaosSystem", results).await;
 }
 
 #[cfg(test)]

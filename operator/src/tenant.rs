@@ -12,21 +12,19 @@
 use crate::Context;
 use crate::conditions::set_condition;
 use crate::error::Result;
-use crate::pool::{MANAGER, publish};
+use crate::pool::publish;
+use crate::reconcile::{apply_status, log_results, measured};
 use dpufs_api::{DaosPool, DaosTenant, DaosTenantSpec, DaosTenantStatus, condition};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Reason of `Ready=True`.
 pub const TENANT_READY: &str = "TenantReady";
@@ -201,35 +199,19 @@ pub fn plan_status(
     (status, changed)
 }
 
-async fn apply_status(api: &Api<DaosTenant>, name: &str, status: &DaosTenantStatus) -> Result<()> {
-    let patch = json!({
-        "apiVersion": "dpufs.io/v1alpha1",
-        "kind": "DaosTenant",
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
 fn key(t: &DaosTenant) -> String {
     format!("DaosTenant/{}", t.name_any())
 }
 
 /// Reconciles one DaosTenant.
 pub async fn reconcile(tenant: Arc<DaosTenant>, ctx: Arc<Context>) -> Result<Action> {
-    let start = Instant::now();
-    let result = reconcile_inner(&tenant, &ctx).await;
-    ctx.metrics
-        .observe("DaosTenant", start.elapsed(), result.as_ref().err());
-    if result.is_ok() {
-        ctx.backoff.reset(&key(&tenant));
-    }
-    result
+    measured(
+        &ctx,
+        "DaosTenant",
+        &key(&tenant),
+        reconcile_inner(&tenant, &ctx),
+    )
+    .await
 }
 
 async fn reconcile_inner(tenant: &DaosTenant, ctx: &Context) -> Result<Action> {
@@ -313,7 +295,7 @@ pub async fn run(ctx: Arc<Context>) {
     let controller = Controller::new(tenants, watcher::Config::default());
     let by_pool = controller.store();
     let by_namespace = controller.store();
-    controller
+    let results = controller
         .watches(pools, watcher::Config::default(), move |p| {
             let name = p.name_any();
             by_pool
@@ -332,13 +314,8 @@ pub async fn run(ctx: Arc<Context>) {
                 .map(|t| ObjectRef::from_obj(&*t))
                 .collect::<Vec<_>>()
         })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "DaosTenant reconcile error");
-            }
-        })
-        .await;
+        .run(reconcile, error_policy, ctx);
+    log_results("DaosTenant", results).await;
 }
 
 #[cfg(test)]

@@ -12,6 +12,8 @@
 
 mod support;
 
+use support::put_admin_secret;
+
 use dpufs_api::{
     DaosContainer, DaosPool, DaosSystem, DaosSystemStatus, DaosTenant, DaosTenantStatus, condition,
 };
@@ -19,7 +21,7 @@ use dpufs_daos::{ContainerAdmin, EngineContainers, EngineRanks};
 use dpufs_e2e::{EngineOpts, EngineProcess};
 use dpufs_operator::{Backoff, Context, conditions, container};
 use dpufs_proto::daos::props::{CONT_DPUFS_CHUNK_SIZE, CONT_DPUFS_QUOTA, PropValue};
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -152,42 +154,6 @@ async fn create_namespace(client: &kube::Client, name: &str, labels: serde_json:
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => panic!("creating namespace {name}: {e}"),
-    }
-}
-
-/// The Secret with an admin certificate from `certs`, as an administrator
-/// creates it (replaced when it exists).
-async fn put_admin_secret(client: &kube::Client, ns: &str, name: &str, certs: &Path) {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let data: serde_json::Map<String, serde_json::Value> = ["daosCA.crt", "admin.crt", "admin.key"]
-        .iter()
-        .map(|f| {
-            let bytes = std::fs::read(certs.join(f)).unwrap();
-            (
-                f.to_string(),
-                serde_json::to_value(k8s_openapi::ByteString(bytes)).unwrap(),
-            )
-        })
-        .collect();
-    match secrets.get_opt(name).await.unwrap() {
-        Some(_) => {
-            let patch = json!({"data": data});
-            secrets
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .unwrap();
-        }
-        None => {
-            let secret = serde_json::from_value(json!({
-                "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": name, "namespace": ns}, "data": data
-            }))
-            .unwrap();
-            secrets
-                .create(&PostParams::default(), &secret)
-                .await
-                .unwrap();
-        }
     }
 }
 

@@ -14,7 +14,7 @@ use dpufs_operator::{Backoff, Context};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::Resource;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
@@ -215,7 +215,7 @@ impl DaosBed {
         )
         .unwrap();
         let security = if tls {
-            admin_secret(client, &certs).await;
+            put_admin_secret(client, "dpufs-system", "daos-admin-cert", &certs).await;
             json!({"tls": {"secretRef": {"name": "daos-admin-cert", "namespace": "dpufs-system"}}})
         } else {
             json!({"insecure": true})
@@ -236,9 +236,10 @@ impl DaosBed {
     }
 }
 
-/// The Secret with DAOS's admin certificate, as an administrator creates it.
-async fn admin_secret(client: &kube::Client, certs: &Path) {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), "dpufs-system");
+/// The Secret with an admin certificate from `certs`, as an administrator
+/// creates it (replaced when it exists).
+pub async fn put_admin_secret(client: &kube::Client, ns: &str, name: &str, certs: &Path) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let data: serde_json::Map<String, serde_json::Value> = ["daosCA.crt", "admin.crt", "admin.key"]
         .iter()
         .map(|f| {
@@ -249,16 +250,26 @@ async fn admin_secret(client: &kube::Client, certs: &Path) {
             )
         })
         .collect();
-    let secret = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "daos-admin-cert", "namespace": "dpufs-system"},
-        "data": data
-    }))
-    .unwrap();
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    match secrets.get_opt(name).await.unwrap() {
+        Some(_) => {
+            let patch = json!({"data": data});
+            secrets
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+        None => {
+            let secret = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": ns}, "data": data
+            }))
+            .unwrap();
+            secrets
+                .create(&PostParams::default(), &secret)
+                .await
+                .unwrap();
+        }
+    }
 }
 
 /// Polls `f` until it returns `Some`, for at most [`WAIT`].
