@@ -1,3 +1,4 @@
+// Over 600 lines: every verb of the binary end to end against one engine fixture.
 //! The `dpufs` binary as a user runs it, against a real `dpufs-engine`
 //! process over real TCP. Results are checked through `--json`; errors by
 //! exit code and DAOS's own words on stderr.

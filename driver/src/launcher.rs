@@ -4,9 +4,10 @@
 //! launcher, and makes sure its volumes are mounted and served. It never unmounts on exit:
 //! the volumes belong to the node's pods, not to the plugin's process.
 
-use crate::keeper::{self, Keeper, placement};
+use crate::ipc::keeper as client;
+use crate::keeper::{Keeper, placement};
 use anyhow::{Context as _, Result, bail};
-use serde_json::{Value, json};
+use dpufs_node_api::keeper::{Reply, Request};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -49,10 +50,8 @@ pub enum KeeperFound {
 /// The node's keeper at `state_dir`, adopted or started as `how` says.
 pub fn ensure_keeper(state_dir: &Path, binary: &Path, how: KeeperStart) -> Result<KeeperFound> {
     let socket = Keeper::socket(state_dir);
-    if let Ok((list, _)) = keeper::request(&socket, &json!({"op": "list"})) {
-        return Ok(KeeperFound::Adopted {
-            pid: keeper_pid(&list)?,
-        });
+    if let Ok(list) = client::list(&socket) {
+        return Ok(KeeperFound::Adopted { pid: list.pid });
     }
     let how = resolve(how)?;
     std::fs::create_dir_all(state_dir)
@@ -142,8 +141,8 @@ fn detach() -> std::io::Result<()> {
 fn wait_ready(socket: &Path) -> Result<u32> {
     let deadline = Instant::now() + KEEPER_READY;
     loop {
-        match keeper::request(socket, &json!({"op": "list"})) {
-            Ok((list, _)) => return keeper_pid(&list),
+        match client::list(socket) {
+            Ok(list) => return Ok(list.pid),
             Err(e) if Instant::now() >= deadline => {
                 return Err(e.context(format!(
                     "the keeper did not answer within {} s (see keeper.log)",
@@ -153,13 +152,6 @@ fn wait_ready(socket: &Path) -> Result<u32> {
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
-}
-
-fn keeper_pid(list: &Value) -> Result<u32> {
-    list["pid"]
-        .as_u64()
-        .and_then(|p| u32::try_from(p).ok())
-        .context("the keeper's list has no pid")
 }
 
 /// A volume the launcher wants served.
@@ -183,37 +175,40 @@ pub enum VolumeState {
 /// Makes sure the keeper at `state_dir` serves `want`.
 pub fn ensure_volume(state_dir: &Path, want: &WantedVolume) -> Result<VolumeState> {
     let socket = Keeper::socket(state_dir);
-    let (list, _) = keeper::request(&socket, &json!({"op": "list"}))?;
-    let current = list["volumes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|v| v["volume"] == want.name.as_str());
+    let list = client::list(&socket)?;
+    let current = list.volumes.iter().find(|v| v.volume == want.name);
     if let Some(v) = current {
-        if v["mountpoint"] != json!(want.mountpoint) {
+        if v.mountpoint != want.mountpoint {
             bail!(
                 "volume {} is mounted at {}, not {}",
                 want.name,
-                v["mountpoint"],
+                v.mountpoint.display(),
                 want.mountpoint.display()
             );
         }
-        if let Some(pid) = v["pid"].as_u64() {
+        if let Some(pid) = v.pid {
             return Ok(VolumeState::Adopted {
-                pid: pid as u32,
-                generation: v["generation"].as_u64().unwrap_or(0),
+                pid,
+                generation: u64::from(v.generation),
             });
         }
     } else {
-        keeper::request(
-            &socket,
-            &json!({"op": "mount", "volume": want.name, "mountpoint": want.mountpoint}),
-        )?;
+        let mount = Request::Mount {
+            volume: want.name.clone(),
+            mountpoint: want.mountpoint.clone(),
+            fsname: None,
+            read_only: None,
+            allow_other: None,
+        };
+        client::request(&socket, &mount)?;
     }
-    let (served, _) = keeper::request(
-        &socket,
-        &json!({"op": "serve", "volume": want.name, "args": want.worker_args}),
-    )?;
-    let pid = served["pid"].as_u64().context("serve answered no pid")? as u32;
-    Ok(VolumeState::Started { pid })
+    let serve = Request::Serve {
+        volume: want.name.clone(),
+        args: want.worker_args.clone(),
+        binary: None,
+    };
+    match client::request(&socket, &serve)?.0 {
+        Reply::Served { pid } => Ok(VolumeState::Started { pid }),
+        other => bail!("serve answered {other:?}"),
+    }
 }

@@ -3,7 +3,8 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use dpufs_csi::keeper::{self, Keeper, placement};
+use dpufs_csi::ipc::keeper as client;
+use dpufs_csi::keeper::{Keeper, placement};
 use dpufs_csi::launcher::{
     KeeperFound, KeeperStart, VolumeState, WantedVolume, ensure_keeper, ensure_volume,
 };
@@ -12,7 +13,7 @@ use dpufs_csi::worker::fs::{AccessMode, FsConfig};
 use dpufs_csi::worker::privilege::Limits;
 use dpufs_csi::worker::{FuseSource, Worker, WorkerConfig};
 use dpufs_fabric::soft::DeviceOptions;
-use serde_json::json;
+use dpufs_node_api::wire;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -34,6 +35,32 @@ enum Cmd {
     /// outlives this process) and make sure a volume is served; then wait for a stop signal
     /// and exit, leaving every volume mounted.
     Launcher(LauncherArgs),
+    /// The CSI controller: the Identity and Controller services on a unix socket, until
+    /// SIGINT or SIGTERM.
+    Controller(ControllerArgs),
+}
+
+#[derive(Args, Debug)]
+struct ControllerArgs {
+    /// The CSI endpoint, unix:///path/to/csi.sock.
+    #[arg(long, env = "CSI_ENDPOINT")]
+    endpoint: String,
+    /// Where the controller finds DAOS systems, pools and tenants (JSON: system, pools,
+    /// tenants, defaultTenant; docs/csi.md).
+    #[arg(long)]
+    directory: PathBuf,
+}
+
+fn controller(a: ControllerArgs) -> Result<()> {
+    let directory = dpufs_csi::csi::StaticDirectory::from_file(&a.directory)?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(dpufs_csi::csi::serve_controller(
+            &a.endpoint,
+            std::sync::Arc::new(directory),
+        ))?;
+    Ok(())
 }
 
 #[derive(Args, Debug)]
@@ -275,9 +302,9 @@ fn launcher(a: LauncherArgs) -> Result<()> {
             child
         }
     };
-    let (list, _) = keeper::request(&Keeper::socket(&a.state_dir), &json!({"op": "list"}))?;
-    for note in list["recovered"].as_array().into_iter().flatten() {
-        println!("keeper recovered: {note}");
+    let list = client::list(&Keeper::socket(&a.state_dir))?;
+    for note in &list.recovered {
+        println!("keeper recovered: {}", wire::encode(note));
     }
     if let Some((name, mountpoint)) = a.volume {
         let want = WantedVolume {
@@ -318,6 +345,7 @@ fn main() {
         Cmd::Worker(a) => worker(*a),
         Cmd::Keeper(a) => keeper(a),
         Cmd::Launcher(a) => launcher(a),
+        Cmd::Controller(a) => controller(a),
     };
     if let Err(e) = r {
         eprintln!("dpufs-csi: {e:#}");

@@ -8,8 +8,11 @@
 mod common;
 
 use common::load::under_load;
-use common::{can_mount, errno_of, fio_available, force_unmount, tempdir, wait_until, worker_bin};
-use dpufs_csi::keeper::{Keeper, placement, request};
+use common::{
+    can_mount, errno_of, fio_available, force_unmount, keeper_request as request, tempdir,
+    wait_until, worker_bin,
+};
+use dpufs_csi::keeper::{Keeper, placement};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};

@@ -1,3 +1,4 @@
+// Over 600 lines: one differential suite whose cases share one harness and one allow-list.
 //! The POSIX differential suite: the same cases, made of real syscalls, run on a plain local
 //! directory and on a dpufs mount served by a real `dpufs-csi worker --backend local:<dir>`
 //! child process. Every observation (data, errno, stat fields) must match, except the

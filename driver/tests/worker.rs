@@ -5,8 +5,7 @@
 mod common;
 
 use common::{KeeperMount, Opts, WorkerProc, can_mount, errno_of, is_fuse_mount, tempdir};
-use dpufs_csi::worker::control;
-use dpufs_csi::worker::fusedev;
+use dpufs_csi::fuse as fusedev;
 use serde_json::json;
 use std::ffi::CString;
 use std::io::Write;
@@ -73,9 +72,9 @@ fn stats_reflect_the_io_done() {
 
     // Bad requests get an answer, not a hang-up.
     let sock = w.state_dir.join("control.sock");
-    let v = control::request(&sock, &json!({"op": "dance"})).unwrap();
+    let v = common::control_raw(&sock, &json!({"op": "dance"})).unwrap();
     assert_eq!(v["ok"], false);
-    let v = control::request(&sock, &json!({"no": "op"})).unwrap();
+    let v = common::control_raw(&sock, &json!({"no": "op"})).unwrap();
     assert_eq!(v["ok"], false);
 
     // The negotiated session is on record for a successor.

@@ -140,27 +140,10 @@ pub async fn wait_until(cond: &mut impl FnMut() -> bool, limit: Duration) -> boo
 
 /// The file system type mounted exactly at `path`, if any (from /proc/self/mountinfo).
 pub fn mounted_fstype(path: &Path) -> Option<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = path.to_str()?;
-    // Fields: id parent major:minor root mountpoint options... - fstype source super-options.
-    info.lines().rev().find_map(|line| {
-        let mut fields = line.split(' ');
-        let mountpoint = fields.nth(4)?;
-        if unescape_mountinfo(mountpoint) != want {
-            return None;
-        }
-        let mut rest = line.split(" - ").nth(1)?.split(' ');
-        rest.next().map(str::to_string)
-    })
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape_mountinfo(field: &str) -> String {
-    field
-        .replace("\\040", " ")
-        .replace("\\011", "\t")
-        .replace("\\012", "\n")
-        .replace("\\134", "\\")
+    dpufs_node_api::mountinfo::find(path)
+        .ok()
+        .flatten()
+        .map(|m| m.fstype)
 }
 
 /// Detaches whatever is mounted at `path` (lazily: a mount whose server died detaches
@@ -172,11 +155,6 @@ pub fn detach(path: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mountinfo_paths_are_unescaped() {
-        assert_eq!(unescape_mountinfo("/a\\040b\\134c"), "/a b\\c");
-    }
 
     #[test]
     fn the_root_is_mounted_and_a_temp_dir_is_not() {

@@ -9,8 +9,8 @@ use super::volume::{control, worker_control};
 use crate::output::{Out, Table, bytes};
 use clap::Args;
 use dpufs_daos::{ContainerAdmin, EngineContainers};
+use dpufs_node_api::control::{self, Health, WorkerStats};
 use serde::Serialize;
-use serde_json::Value;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -28,9 +28,11 @@ struct Status {
     worker: Option<Process>,
     /// Workers the keeper replaced after they died.
     worker_restarts: Option<u64>,
-    /// The worker's health and counters, from its control socket.
-    worker_health: Option<Value>,
-    worker_stats: Option<Value>,
+    /// The worker's health and counters, from its control socket (`worker_health` as the
+    /// socket answers it, `"ok": true` included).
+    worker_health: Option<control::Reply>,
+    #[serde(serialize_with = "sorted")]
+    worker_stats: Option<WorkerStats>,
     mount: Option<MountStatus>,
 }
 
@@ -76,16 +78,19 @@ pub async fn status(args: StatusArgs, system: &str, out: Out) -> anyhow::Result<
     let (mut worker, mut worker_restarts, mut worker_health, mut worker_stats) =
         (None, None, None, None);
     if let Some((volume, socket)) = served {
-        worker = volume["pid"].as_u64().map(|pid| Process {
-            pid: pid as u32,
+        worker = volume.pid.map(|pid| Process {
+            pid,
             endpoint: None,
         });
-        worker_restarts = volume["restarts"].as_u64();
-        worker_health = control(&socket, "health").await.ok();
-        worker_stats = control(&socket, "stats")
+        worker_restarts = Some(u64::from(volume.restarts));
+        worker_health = control(&socket, control::Request::Health)
             .await
             .ok()
-            .map(|v| v["stats"].clone());
+            .filter(|r| matches!(r, control::Reply::Health(_)));
+        worker_stats = match control(&socket, control::Request::Stats).await {
+            Ok(control::Reply::Stats(s)) => Some(s),
+            _ => None,
+        };
     }
     let mount = state.recorded(MOUNT).map(|path| {
         let path = PathBuf::from(path);
@@ -158,29 +163,18 @@ fn print(s: &Status) {
     if let Some(n) = s.worker_restarts.filter(|&n| n > 0) {
         fields.push(("  replaced", format!("{n} time(s) after a crash")));
     }
-    if let Some(h) = &s.worker_health {
-        fields.push((
-            "  state",
-            format!(
-                "{}, {} reader threads, {} requests in flight",
-                h["state"].as_str().unwrap_or("?"),
-                h["threads_alive"],
-                h["in_flight"]
-            ),
-        ));
+    if let Some(control::Reply::Health(h)) = &s.worker_health {
+        fields.push(("  state", health_line(h)));
     }
     if let Some(st) = &s.worker_stats {
-        let n = |k: &str| st[k].as_u64().unwrap_or(0);
         // Errors answered to the kernel, by errno (ENOENT of lookups among them).
-        let errors: u64 = st["errors"]
-            .as_object()
-            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
+        let errors: u64 = st.errors.values().sum();
         fields.push((
             "  traffic",
             format!(
                 "{} read, {} written, {errors} error replies",
-                bytes(n("bytes_read")),
-                bytes(n("bytes_written")),
+                bytes(st.bytes_read),
+                bytes(st.bytes_written),
             ),
         ));
     }
@@ -193,4 +187,23 @@ fn print(s: &Status) {
     };
     fields.push(("mount", mount));
     Table::fields(fields).print();
+}
+
+fn health_line(h: &Health) -> String {
+    let state = match h.state {
+        control::WorkerState::Serving => "serving",
+        control::WorkerState::Stopping => "stopping",
+    };
+    format!(
+        "{state}, {} reader threads, {} requests in flight",
+        h.threads_alive, h.in_flight
+    )
+}
+
+/// `v` with its keys sorted at every level, as the worker's socket sends it (and as
+/// `--json` has always shown it).
+fn sorted<T: Serialize, S: serde::Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    serde_json::to_value(v)
+        .map_err(serde::ser::Error::custom)?
+        .serialize(s)
 }

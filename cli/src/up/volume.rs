@@ -6,7 +6,8 @@ use super::children::{Log, LogPart, spawn};
 use super::state::{KEEPER, KEEPER_PID, StateDir, terminate};
 use anyhow::{Context, bail};
 use dpufs_fabric::session::{AgentKey, Capability, Rights};
-use serde_json::{Value, json};
+use dpufs_node_api::keeper::{self, VolumeStatus};
+use dpufs_node_api::{control, record::VolumeRecord};
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -110,7 +111,7 @@ impl KeeperProcess {
             socket: keeper_socket(state),
         };
         let deadline = Instant::now() + READY_TIMEOUT;
-        while request(&keeper.socket, &json!({"op": "list"}))
+        while ask_keeper(&keeper.socket, &keeper::Request::List)
             .await
             .is_err()
         {
@@ -133,13 +134,14 @@ impl KeeperProcess {
 
     /// Mounts the default container and has the keeper start its worker; the worker's pid.
     pub async fn serve_volume(&self, launch: &WorkerLaunch<'_>) -> anyhow::Result<u32> {
-        let mount = json!({
-            "op": "mount",
-            "volume": VOLUME,
-            "mountpoint": launch.mountpoint,
-            "fsname": format!("dpufs:{VOLUME}"),
-        });
-        let args = [
+        let mount = keeper::Request::Mount {
+            volume: VOLUME.into(),
+            mountpoint: launch.mountpoint.to_path_buf(),
+            fsname: Some(format!("dpufs:{VOLUME}")),
+            read_only: None,
+            allow_other: None,
+        };
+        let args = vec![
             "--backend".to_string(),
             format!("engine:{}", launch.fabric_addr),
             "--capability".into(),
@@ -147,19 +149,20 @@ impl KeeperProcess {
             "--fabric-dir".into(),
             launch.fabric_dir.display().to_string(),
         ];
-        let serve = json!({"op": "serve", "volume": VOLUME, "args": args});
-        for req in [mount, serve.clone()] {
-            let answer = request(&self.socket, &req).await?;
-            if answer["ok"] != true {
-                bail!(
-                    "the mount keeper refused to {}: {}\n{}",
-                    req["op"],
-                    answer["error"].as_str().unwrap_or("?"),
+        let serve = keeper::Request::Serve {
+            volume: VOLUME.into(),
+            args,
+            binary: None,
+        };
+        for req in [mount, serve] {
+            match ask_keeper(&self.socket, &req).await? {
+                keeper::Reply::Refused(error) => bail!(
+                    "the mount keeper refused to {:?}: {error}\n{}",
+                    req.op(),
                     self.log.excerpt(LogPart::End)
-                );
-            }
-            if let Some(pid) = answer["pid"].as_u64() {
-                return Ok(pid as u32);
+                ),
+                keeper::Reply::Served { pid } => return Ok(pid),
+                _ => {}
             }
         }
         bail!("the mount keeper started no worker")
@@ -176,15 +179,18 @@ impl KeeperProcess {
         let child = &mut self.child;
         let stopped = terminate(KEEPER, self.pid, || !matches!(child.try_wait(), Ok(None))).await;
         match unmounted {
-            Ok(a) if a["ok"] != true => bail!("unmount: {}", a["error"].as_str().unwrap_or("?")),
+            Ok(keeper::Reply::Refused(e)) => bail!("unmount: {e}"),
             other => other.map(drop).and(stopped),
         }
     }
 }
 
 /// Asks the keeper at `socket` to drain the default volume's worker and unmount it.
-pub async fn unmount(socket: &Path) -> anyhow::Result<Value> {
-    request(socket, &json!({"op": "unmount", "volume": VOLUME})).await
+pub async fn unmount(socket: &Path) -> anyhow::Result<keeper::Reply> {
+    let req = keeper::Request::Unmount {
+        volume: VOLUME.into(),
+    };
+    ask_keeper(socket, &req).await
 }
 
 /// The keeper's socket in the stack's directory.
@@ -194,52 +200,54 @@ pub fn keeper_socket(state: &StateDir) -> PathBuf {
 
 /// The control socket of the worker serving the default volume now (the keeper names each
 /// worker's state directory by its generation).
-pub async fn worker_control(state: &StateDir) -> Option<(Value, PathBuf)> {
-    let list = request(&keeper_socket(state), &json!({"op": "list"}))
+pub async fn worker_control(state: &StateDir) -> Option<(VolumeStatus, PathBuf)> {
+    let keeper::Reply::List(list) = ask_keeper(&keeper_socket(state), &keeper::Request::List)
         .await
-        .ok()?;
-    let volume = list["volumes"]
-        .as_array()?
-        .iter()
-        .find(|v| v["volume"] == VOLUME)?
-        .clone();
+        .ok()?
+    else {
+        return None;
+    };
+    let volume = list.volumes.into_iter().find(|v| v.volume == VOLUME)?;
     let dir = state
         .keeper()
         .join("volumes")
         .join(VOLUME)
-        .join(format!("worker-{}", volume["generation"].as_u64()?));
+        .join(format!("worker-{}", volume.generation));
     Some((volume, dir.join("control.sock")))
 }
 
 /// Workers the keeper recorded (a keeper killed with -9 leaves its workers serving).
 pub fn recorded_workers(state: &StateDir) -> Vec<u32> {
-    let Ok(dirs) = std::fs::read_dir(state.keeper().join("volumes")) else {
-        return Vec::new();
-    };
-    dirs.filter_map(|d| {
-        let text = std::fs::read(d.ok()?.path().join("volume.json")).ok()?;
-        let record: Value = serde_json::from_slice(&text).ok()?;
-        record["worker_pid"].as_u64().map(|p| p as u32)
-    })
-    .collect()
+    VolumeRecord::load_all(&state.keeper().join("volumes"))
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(_, record)| record?.worker_pid)
+        .collect()
 }
 
 /// One request on a worker's control socket.
-pub async fn control(socket: &Path, op: &str) -> anyhow::Result<Value> {
-    request(socket, &json!({ "op": op })).await
+pub async fn control(socket: &Path, req: control::Request) -> anyhow::Result<control::Reply> {
+    let answer = exchange(socket, &req.encode()).await?;
+    Ok(req.decode_reply(&answer)?)
 }
 
-/// One line-delimited JSON request on a unix socket (a worker's control socket or the
-/// keeper's) and its one-line answer.
-pub async fn request(socket: &Path, req: &Value) -> anyhow::Result<Value> {
+/// One request on the keeper's socket (`dpufs up` never asks for a descriptor).
+pub async fn ask_keeper(socket: &Path, req: &keeper::Request) -> anyhow::Result<keeper::Reply> {
+    let answer = exchange(socket, &req.encode()).await?;
+    Ok(req.decode_reply(&answer)?)
+}
+
+/// One request line on a unix socket (a worker's control socket or the keeper's) and its
+/// one-line answer.
+async fn exchange(socket: &Path, line: &str) -> anyhow::Result<String> {
     let exchange = async {
         let mut stream = UnixStream::connect(socket).await?;
-        let mut line = req.to_string();
+        let mut line = line.to_string();
         line.push('\n');
         stream.write_all(line.as_bytes()).await?;
         let mut answer = String::new();
         BufReader::new(stream).read_line(&mut answer).await?;
-        anyhow::Ok(serde_json::from_str::<Value>(&answer)?)
+        anyhow::Ok(answer)
     };
     // Serving waits for the worker to start (the keeper allows it 30 s).
     timeout(Duration::from_secs(60), exchange)

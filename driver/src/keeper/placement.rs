@@ -8,8 +8,8 @@
 //! keeper moves itself into its own cgroup in every hierarchy — the equivalent of
 //! `systemd-run --scope` on a node without systemd.
 
-use crate::worker::fusedev::unescape_mountinfo;
 use anyhow::{Context as _, Result, bail};
+use dpufs_node_api::mountinfo;
 use std::path::{Path, PathBuf};
 
 /// The cgroup the keeper moves into, under the root of every hierarchy.
@@ -39,15 +39,11 @@ pub fn ns_pids(pid: &str) -> Result<Vec<u32>> {
 /// The mount points of the cgroup hierarchies (v1 controllers, named v1 hierarchies and
 /// the v2 unified one).
 pub fn cgroup_roots() -> Result<Vec<PathBuf>> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").context("read mountinfo")?;
-    Ok(info
-        .lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let fstype = right.split_whitespace().next()?;
-            let mountpoint = left.split_whitespace().nth(4)?;
-            matches!(fstype, "cgroup" | "cgroup2").then(|| unescape_mountinfo(mountpoint))
-        })
+    Ok(mountinfo::read()
+        .context("read mountinfo")?
+        .into_iter()
+        .filter(|m| matches!(m.fstype.as_str(), "cgroup" | "cgroup2"))
+        .map(|m| m.mountpoint)
         .collect())
 }
 

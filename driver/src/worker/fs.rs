@@ -1,3 +1,4 @@
+// Over 600 lines: the one FileSystem impl, every FUSE operation next to the others it mirrors.
 //! The volume's file system: fuse-backend-rs's [`FileSystem`] over a [`Dfs`].
 //!
 //! Transport-agnostic: the same [`DfsFs`] serves `/dev/fuse` (host mode) and, later, virtio-fs
@@ -19,11 +20,11 @@
 
 use super::backend::ForgetHook;
 use super::stats::{Op, Stats};
-use crate::keeper::handover::{HANDOVER_VERSION, HandoverError, SessionConfig, SessionRecord};
 use dpufs_daos::dfs::{
     Attr, Dfs, DfsError, Errno, Oid, ROOT_OID, S_IFDIR, S_IFMT, S_IFREG, SetAttr, TimeSet,
     Timespec, XattrMode,
 };
+use dpufs_node_api::handover::{HANDOVER_VERSION, HandoverError, SessionConfig, SessionRecord};
 use fuse_backend_rs::abi::fuse_abi::{CreateIn, stat64, statvfs64};
 use fuse_backend_rs::api::filesystem::{
     Context, DirEntry, Entry, FileSystem, FsOptions, GetxattrReply, ListxattrReply, OpenOptions,
@@ -54,35 +55,8 @@ const FOPEN_NOFLUSH: u32 = 1 << 5;
 /// its size may run in parallel. fuse-backend-rs 0.14 has no name for either flag.
 const FOPEN_PARALLEL_DIRECT_WRITES: u32 = 1 << 6;
 
-/// Who may change the volume's data, which decides what the kernel may cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AccessMode {
-    /// Writers on several nodes (RWX): close-to-open consistency. The page cache of a file
-    /// is dropped at every open and whenever its size or mtime is seen to change.
-    #[default]
-    MultiWriter,
-    /// This node is the only writer (RWO/RWOP): cached pages are kept across opens, and the
-    /// writeback cache may be enabled.
-    SingleWriter,
-    /// Nobody writes through this mount (ROX): cached pages are kept across opens; every
-    /// modification fails with EROFS.
-    ReadOnly,
-}
-
-impl std::str::FromStr for AccessMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<AccessMode, String> {
-        match s {
-            "multi-writer" => Ok(AccessMode::MultiWriter),
-            "single-writer" => Ok(AccessMode::SingleWriter),
-            "read-only" => Ok(AccessMode::ReadOnly),
-            _ => Err(format!(
-                "unknown access mode {s:?} (multi-writer, single-writer, read-only)"
-            )),
-        }
-    }
-}
+/// Who may change the volume's data (part of the handover's session record).
+pub use dpufs_node_api::handover::AccessMode;
 
 /// Caching and semantics of one mount.
 #[derive(Clone, Debug)]
@@ -131,6 +105,18 @@ impl FsConfig {
 
     fn read_only(&self) -> bool {
         self.access == AccessMode::ReadOnly
+    }
+
+    /// The settings a successor must be told about (the handover's session record).
+    pub fn session_config(&self) -> SessionConfig {
+        SessionConfig {
+            attr_ttl_secs: self.attr_ttl.as_secs_f64(),
+            entry_ttl_secs: self.entry_ttl.as_secs_f64(),
+            negative_ttl_secs: self.negative_ttl.as_secs_f64(),
+            data_cache: self.data_cache,
+            access: self.access,
+            writeback_cache: self.writeback_cache,
+        }
     }
 
     /// The INIT flags this configuration asks for.
@@ -455,8 +441,8 @@ impl DfsFs {
             enabled: enabled.bits(),
             offered_names: format!("{offered:?}"),
             enabled_names: format!("{enabled:?}"),
-            max_write: super::fusedev::MAX_PAYLOAD as u32,
-            config: SessionConfig::of(&self.cfg),
+            max_write: crate::fuse::MAX_PAYLOAD as u32,
+            config: self.cfg.session_config(),
         };
         let text = serde_json::to_string_pretty(&record).expect("a record serializes");
         if let Err(e) = super::write_atomic(path, text.as_bytes()) {
@@ -470,7 +456,7 @@ impl DfsFs {
     /// Takes over a connection another worker initialised: what it negotiated is ours now
     /// (INIT will not come again).
     pub fn restore(&self, record: &SessionRecord) -> Result<(), HandoverError> {
-        record.check(&self.cfg)?;
+        record.check(&self.cfg.session_config())?;
         self.negotiated
             .offered
             .store(record.offered, Ordering::Relaxed);

@@ -2,7 +2,7 @@
 //! bytes moved, and errors by errno. Lock-free (relaxed atomics): a snapshot is consistent
 //! per counter, not across counters.
 
-use serde_json::{Map, Value, json};
+use dpufs_node_api::control::{OpStats as OpReport, WorkerStats};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
@@ -168,7 +168,7 @@ impl Stats {
         self.started.elapsed()
     }
 
-    /// The counters as JSON (the control socket's `stats` answer).
+    /// The counters as the control socket's `stats` answer reports them:
     ///
     /// ```json
     /// {"uptime_secs": 1.5, "bytes_read": 0, "bytes_written": 4096, "in_flight": 0,
@@ -179,8 +179,8 @@ impl Stats {
     /// `histogram_us` lists `[upper bound in µs (exclusive), count]` for the non-empty
     /// power-of-two buckets; percentiles are bucket upper bounds. Operations never seen are
     /// left out.
-    pub fn snapshot(&self) -> Value {
-        let mut ops = Map::new();
+    pub fn snapshot(&self) -> WorkerStats {
+        let mut ops = std::collections::BTreeMap::new();
         for &op in Op::ALL {
             let s = &self.ops[op as usize];
             let count = s.count.load(Relaxed);
@@ -203,11 +203,11 @@ impl Stats {
                 }
                 None
             };
-            let histogram: Vec<Value> = buckets
+            let histogram_us = buckets
                 .iter()
                 .enumerate()
                 .filter(|(_, n)| **n > 0)
-                .map(|(i, n)| json!([bucket_bound_us(i), n]))
+                .map(|(i, n)| (bucket_bound_us(i), *n))
                 .collect();
             let mean_us = if timed > 0 {
                 s.sum_ns.load(Relaxed) as f64 / timed as f64 / 1000.0
@@ -216,18 +216,18 @@ impl Stats {
             };
             ops.insert(
                 op.name().to_string(),
-                json!({
-                    "count": count,
-                    "errors": s.errors.load(Relaxed),
-                    "mean_us": (mean_us * 10.0).round() / 10.0,
-                    "max_us": s.max_ns.load(Relaxed) / 1000,
-                    "p50_us": percentile(0.50),
-                    "p99_us": percentile(0.99),
-                    "histogram_us": histogram,
-                }),
+                OpReport {
+                    count,
+                    errors: s.errors.load(Relaxed),
+                    mean_us: (mean_us * 10.0).round() / 10.0,
+                    max_us: s.max_ns.load(Relaxed) / 1000,
+                    p50_us: percentile(0.50),
+                    p99_us: percentile(0.99),
+                    histogram_us,
+                },
             );
         }
-        let mut errors = Map::new();
+        let mut errors = std::collections::BTreeMap::new();
         for (e, n) in self.errnos.iter().enumerate() {
             let n = n.load(Relaxed);
             if n > 0 {
@@ -236,18 +236,18 @@ impl Stats {
                 } else {
                     errno_name(e as i32)
                 };
-                errors.insert(name, json!(n));
+                errors.insert(name, n);
             }
         }
-        json!({
-            "uptime_secs": self.started.elapsed().as_secs_f64(),
-            "bytes_read": self.bytes_read.load(Relaxed),
-            "bytes_written": self.bytes_written.load(Relaxed),
-            "in_flight": self.in_flight(),
-            "transport_errors": self.transport_errors.load(Relaxed),
-            "errors": errors,
-            "ops": ops,
-        })
+        WorkerStats {
+            uptime_secs: self.started.elapsed().as_secs_f64(),
+            bytes_read: self.bytes_read.load(Relaxed),
+            bytes_written: self.bytes_written.load(Relaxed),
+            in_flight: self.in_flight(),
+            transport_errors: self.transport_errors.load(Relaxed),
+            errors,
+            ops,
+        }
     }
 }
 
@@ -322,13 +322,15 @@ mod tests {
         s.add_written(4096);
         s.count(Op::Forget, 3);
         let v = s.snapshot();
-        assert_eq!(v["bytes_written"], 4096);
-        assert_eq!(v["ops"]["write"]["count"], 1);
-        assert_eq!(v["ops"]["lookup"]["errors"], 1);
-        assert_eq!(v["ops"]["forget"]["count"], 3);
-        assert_eq!(v["errors"]["ENOENT"], 1);
-        assert_eq!(v["in_flight"], 0);
-        assert!(v["ops"].get("read").is_none());
-        assert!(v["ops"]["write"]["p99_us"].as_u64().is_some());
+        assert_eq!(v.bytes_written, 4096);
+        assert_eq!(v.ops["write"].count, 1);
+        assert_eq!(v.ops["lookup"].errors, 1);
+        assert_eq!(v.ops["forget"].count, 3);
+        assert_eq!(v.errors["ENOENT"], 1);
+        assert_eq!(v.in_flight, 0);
+        assert!(!v.ops.contains_key("read"));
+        assert!(v.ops["write"].p99_us.is_some());
+        // Counted without timing: no percentiles.
+        assert_eq!(v.ops["forget"].p50_us, None);
     }
 }

@@ -5,11 +5,12 @@
 
 pub mod load;
 
-use dpufs_csi::worker::control;
-use dpufs_csi::worker::fusedev;
+use dpufs_csi::fuse as fusedev;
+use dpufs_csi::ipc::{fdpass, line};
 use dpufs_e2e::volume::EngineVolume;
 use serde_json::{Value, json};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -89,8 +90,30 @@ pub fn force_unmount(mountpoint: &Path) {
 
 /// Sends one control request.
 pub fn control(state_dir: &Path, op: &str) -> Value {
-    control::request(&state_dir.join("control.sock"), &json!({ "op": op }))
+    control_raw(&state_dir.join("control.sock"), &json!({ "op": op }))
         .unwrap_or_else(|e| panic!("control {op}: {e}"))
+}
+
+/// One request to a worker's control socket as JSON, the way its clients write it; the
+/// answer as JSON.
+pub fn control_raw(socket: &Path, req: &Value) -> std::io::Result<Value> {
+    let answer = line::exchange(socket, &req.to_string())?;
+    serde_json::from_str(&answer).map_err(std::io::Error::other)
+}
+
+/// One request to the keeper at `socket` as JSON, the way its clients write it: the answer
+/// and the descriptor that came with it, or the keeper's error (`"ok": false`).
+pub fn keeper_request(socket: &Path, req: &Value) -> Result<(Value, Option<OwnedFd>), String> {
+    let conn = UnixStream::connect(socket).map_err(|e| format!("connect: {e}"))?;
+    conn.set_read_timeout(Some(DEADLINE))
+        .map_err(|e| e.to_string())?;
+    fdpass::send(&conn, &req.to_string(), None).map_err(|e| format!("send: {e}"))?;
+    let (line, fd) = fdpass::recv(&conn).map_err(|e| format!("receive: {e}"))?;
+    let v: Value = serde_json::from_str(&line).map_err(|e| format!("{e}: {line}"))?;
+    if v["ok"] == false {
+        return Err(format!("keeper: {}", v["error"].as_str().unwrap_or("?")));
+    }
+    Ok((v, fd))
 }
 
 /// What a worker serves: its `--backend` and related arguments.
@@ -218,7 +241,7 @@ impl WorkerProc {
             if let Some(st) = w.child.try_wait().expect("try_wait") {
                 panic!("the worker exited during start-up: {st}");
             }
-            control::request(&sock, &json!({"op": "health"})).is_ok_and(|v| v["state"] == "serving")
+            control_raw(&sock, &json!({"op": "health"})).is_ok_and(|v| v["state"] == "serving")
         });
         w
     }

@@ -1,13 +1,14 @@
 //! What the keeper persists per volume (`<state>/volumes/<V>/volume.json`): enough for a
 //! keeper that starts after another one died to find the mounts it left and clean up the dead
-//! ones, and for a restarted launcher to see what the node serves.
+//! ones, for a restarted launcher to see what the node serves, and for `dpufs down` to find
+//! the workers a killed keeper left.
 
-use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// File name of a volume's record inside its directory.
-const RECORD: &str = "volume.json";
+pub const RECORD: &str = "volume.json";
 
 /// One volume the keeper mounted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +32,10 @@ pub fn pid_namespace() -> String {
         .unwrap_or_default()
 }
 
+fn context(e: io::Error, what: &str, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+}
+
 impl VolumeRecord {
     /// The worker pid, if it names a process of this PID namespace.
     pub fn worker_pid_here(&self) -> Option<u32> {
@@ -39,22 +44,22 @@ impl VolumeRecord {
     }
 
     /// Writes the record into `dir` (atomically: a crash leaves the old or the new one).
-    pub fn save(&self, dir: &Path) -> Result<()> {
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    pub fn save(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| context(e, "create", dir))?;
         let tmp = dir.join(format!("{RECORD}.tmp"));
-        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)
-            .with_context(|| format!("write {}", tmp.display()))?;
-        std::fs::rename(&tmp, dir.join(RECORD))
-            .with_context(|| format!("write {}", dir.join(RECORD).display()))
+        let text = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
+        std::fs::write(&tmp, text).map_err(|e| context(e, "write", &tmp))?;
+        std::fs::rename(&tmp, dir.join(RECORD)).map_err(|e| context(e, "write", &dir.join(RECORD)))
     }
 
-    /// The records under `volumes_dir`, with the directory each came from. Directories without
-    /// a readable record are returned with `None` (stale state).
-    pub fn load_all(volumes_dir: &Path) -> Result<Vec<(PathBuf, Option<VolumeRecord>)>> {
+    /// The records under `volumes_dir` (a keeper's `<state>/volumes`), with the directory
+    /// each came from. Directories without a readable record are returned with `None`
+    /// (stale state); a missing `volumes_dir` has none.
+    pub fn load_all(volumes_dir: &Path) -> io::Result<Vec<(PathBuf, Option<VolumeRecord>)>> {
         let entries = match std::fs::read_dir(volumes_dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e).with_context(|| format!("list {}", volumes_dir.display())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(context(e, "list", volumes_dir)),
         };
         let mut out = Vec::new();
         for entry in entries {
@@ -75,10 +80,8 @@ impl VolumeRecord {
 mod tests {
     use super::*;
 
-    #[test]
-    fn records_round_trip_and_strays_are_reported() {
-        let dir = tempfile::tempdir().unwrap();
-        let rec = VolumeRecord {
+    fn record() -> VolumeRecord {
+        VolumeRecord {
             volume: "v".into(),
             mountpoint: "/mnt/v".into(),
             args: vec!["--backend".into(), "local:/d".into()],
@@ -86,7 +89,13 @@ mod tests {
             worker_pid: Some(42),
             pid_namespace: "pid:[4026531836]".into(),
             generation: 3,
-        };
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_strays_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let rec = record();
         rec.save(&dir.path().join("v")).unwrap();
         std::fs::create_dir(dir.path().join("stray")).unwrap();
         let mut all = VolumeRecord::load_all(dir.path()).unwrap();
@@ -95,5 +104,42 @@ mod tests {
         assert_eq!(all[0].0, dir.path().join("stray"));
         assert_eq!(all[0].1, None);
         assert_eq!(all[1].1.as_ref(), Some(&rec));
+        assert!(
+            VolumeRecord::load_all(&dir.path().join("none"))
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    /// The file as keepers have always written it.
+    #[test]
+    fn the_file_keeps_its_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        record().save(dir.path()).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(RECORD)).unwrap();
+        assert_eq!(
+            text,
+            r#"{
+  "volume": "v",
+  "mountpoint": "/mnt/v",
+  "args": [
+    "--backend",
+    "local:/d"
+  ],
+  "binary": "/bin/dpufs-csi",
+  "worker_pid": 42,
+  "pid_namespace": "pid:[4026531836]",
+  "generation": 3
+}"#
+        );
+    }
+
+    #[test]
+    fn a_pid_of_another_namespace_is_not_ours() {
+        let mut rec = record();
+        rec.pid_namespace = pid_namespace();
+        assert_eq!(rec.worker_pid_here(), Some(42));
+        rec.pid_namespace = "pid:[1]".into();
+        assert_eq!(rec.worker_pid_here(), None);
     }
 }

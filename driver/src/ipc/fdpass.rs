@@ -1,4 +1,5 @@
-//! One message with at most one descriptor over a unix stream socket (SCM_RIGHTS).
+//! One message with at most one descriptor over a unix stream socket (SCM_RIGHTS): the
+//! keeper socket's framing.
 //!
 //! A message is one line of JSON; the descriptor, when there is one, rides on its first byte.
 

@@ -1,4 +1,4 @@
-//! The handover: what a worker taking over a live FUSE connection is given with its
+//! The handover: what a worker taking over a live FUSE connection is told with its
 //! descriptor. Versioned; a worker accepts every version up to its own and refuses newer ones
 //! (a keeper is upgraded after its workers, never before).
 //!
@@ -7,14 +7,13 @@
 //! the connection's INIT negotiated ([`SessionRecord`], the `session.json` the first worker
 //! wrote), or null when no worker has answered INIT yet.
 
-use crate::worker::fs::{AccessMode, FsConfig};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// The newest handover version this build speaks.
 pub const HANDOVER_VERSION: u32 = 1;
 
-/// Errors decoding a handover.
+/// Errors decoding a handover or taking over its session.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum HandoverError {
     #[error(
@@ -69,24 +68,41 @@ pub struct SessionConfig {
     pub writeback_cache: bool,
 }
 
-impl SessionConfig {
-    pub fn of(cfg: &FsConfig) -> SessionConfig {
-        SessionConfig {
-            attr_ttl_secs: cfg.attr_ttl.as_secs_f64(),
-            entry_ttl_secs: cfg.entry_ttl.as_secs_f64(),
-            negative_ttl_secs: cfg.negative_ttl.as_secs_f64(),
-            data_cache: cfg.data_cache,
-            access: cfg.access,
-            writeback_cache: cfg.writeback_cache,
+/// Who may change the volume's data, which decides what the kernel may cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccessMode {
+    /// Writers on several nodes (RWX): close-to-open consistency. The page cache of a file
+    /// is dropped at every open and whenever its size or mtime is seen to change.
+    #[default]
+    MultiWriter,
+    /// This node is the only writer (RWO/RWOP): cached pages are kept across opens, and the
+    /// writeback cache may be enabled.
+    SingleWriter,
+    /// Nobody writes through this mount (ROX): cached pages are kept across opens; every
+    /// modification fails with EROFS.
+    ReadOnly,
+}
+
+impl std::str::FromStr for AccessMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<AccessMode, String> {
+        match s {
+            "multi-writer" => Ok(AccessMode::MultiWriter),
+            "single-writer" => Ok(AccessMode::SingleWriter),
+            "read-only" => Ok(AccessMode::ReadOnly),
+            _ => Err(format!(
+                "unknown access mode {s:?} (multi-writer, single-writer, read-only)"
+            )),
         }
     }
 }
 
 impl SessionRecord {
-    /// A successor must keep what the kernel relies on: the writeback cache (dirty pages are
-    /// flushed by the kernel on its own schedule) and read-only-ness.
-    pub fn check(&self, cfg: &FsConfig) -> Result<(), HandoverError> {
-        let now = SessionConfig::of(cfg);
+    /// A successor configured as `configured` must keep what the kernel relies on: the
+    /// writeback cache (dirty pages are flushed by the kernel on its own schedule) and
+    /// read-only-ness.
+    pub fn check(&self, configured: &SessionConfig) -> Result<(), HandoverError> {
         let key = |c: &SessionConfig| {
             format!(
                 "with writeback cache {}, access {:?}",
@@ -94,10 +110,10 @@ impl SessionRecord {
                 c.access
             )
         };
-        if key(&now) != key(&self.config) {
+        if key(configured) != key(&self.config) {
             return Err(HandoverError::Mismatch {
                 negotiated: key(&self.config),
-                configured: key(&now),
+                configured: key(configured),
             });
         }
         Ok(())
@@ -125,13 +141,13 @@ mod tests {
     use super::*;
 
     /// The version-1 message as a keeper of that version sent it (kept byte for byte).
-    const V1_FIXTURE: &str = include_str!("../../tests/fixtures/handover-v1.json");
+    const V1_FIXTURE: &str = include_str!("../tests/fixtures/handover-v1.json");
 
-    fn fs_config() -> FsConfig {
-        FsConfig {
-            attr_ttl: std::time::Duration::from_secs(1),
-            entry_ttl: std::time::Duration::from_secs(1),
-            negative_ttl: std::time::Duration::ZERO,
+    fn configured() -> SessionConfig {
+        SessionConfig {
+            attr_ttl_secs: 1.0,
+            entry_ttl_secs: 1.0,
+            negative_ttl_secs: 0.0,
             data_cache: true,
             access: AccessMode::MultiWriter,
             writeback_cache: false,
@@ -146,7 +162,14 @@ mod tests {
         let s = h.session.expect("a negotiated session");
         assert_eq!(s.max_write, 1 << 20);
         assert!(s.enabled != 0 && s.enabled & !s.offered == 0);
-        s.check(&fs_config()).unwrap();
+        s.check(&configured()).unwrap();
+    }
+
+    #[test]
+    fn the_version_1_fixture_is_what_this_build_sends() {
+        let h = Handover::decode(V1_FIXTURE).unwrap();
+        let compact: serde_json::Value = serde_json::from_str(V1_FIXTURE).unwrap();
+        assert_eq!(crate::wire::encode(&h), compact.to_string());
     }
 
     #[test]
@@ -162,10 +185,15 @@ mod tests {
     #[test]
     fn a_successor_must_keep_the_writeback_cache_setting() {
         let s = Handover::decode(V1_FIXTURE).unwrap().session.unwrap();
-        let mut cfg = fs_config();
+        let mut cfg = configured();
         cfg.writeback_cache = true;
         cfg.access = AccessMode::SingleWriter;
         assert!(matches!(s.check(&cfg), Err(HandoverError::Mismatch { .. })));
+        // The TTLs and the data cache may change.
+        let mut cfg = configured();
+        cfg.attr_ttl_secs = 5.0;
+        cfg.data_cache = false;
+        s.check(&cfg).unwrap();
     }
 
     #[test]
@@ -173,5 +201,12 @@ mod tests {
         let h = Handover::decode(V1_FIXTURE).unwrap();
         let text = serde_json::to_string(&h).unwrap();
         assert_eq!(Handover::decode(&text).unwrap(), h);
+    }
+
+    #[test]
+    fn access_modes_parse_from_their_flag_names() {
+        assert_eq!("read-only".parse(), Ok(AccessMode::ReadOnly));
+        assert_eq!("single-writer".parse(), Ok(AccessMode::SingleWriter));
+        assert!("rw".parse::<AccessMode>().is_err());
     }
 }

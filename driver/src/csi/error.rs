@@ -1,0 +1,858 @@
+//! The errors of each CSI operation, and their gRPC codes.
+//!
+//! Every RPC returns its own error enum; all of them meet in [`CsiError`], whose
+//! [`CsiError::code`] is the one place that decides gRPC codes (CSI v1.12 "Error Scheme"
+//! and the per-RPC tables). The message is the error's text, meant for people (it ends up
+//! in PVC events); `status.details` stays empty, as CSI requires.
+
+use crate::csi::directory::DirectoryError;
+use crate::csi::label::NameError;
+use crate::csi::locks::Busy;
+use crate::csi::params::ParamError;
+use crate::csi::volume_id::VolumeIdError;
+use dpufs_daos::DaosError;
+use tonic::{Code, Status};
+
+/// A volume capability this driver does not support.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CapabilityError {
+    #[error("a volume capability has no access mode")]
+    MissingAccessMode,
+    #[error("a volume capability has no access type (mount or block)")]
+    MissingAccessType,
+    #[error(
+        "block access is not supported: dfs.dpufs.io volumes are file systems (use volumeMode: Filesystem)"
+    )]
+    Block,
+    #[error("access mode {0} is not supported")]
+    AccessMode(String),
+    #[error("file system type {0:?} is not supported: leave fsType empty (or use dfs)")]
+    FsType(String),
+}
+
+/// A capacity range this driver cannot satisfy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CapacityError {
+    #[error("capacity range has a negative bound (required {required}, limit {limit})")]
+    Negative { required: i64, limit: i64 },
+    #[error("capacity range asks for at least {required} bytes but at most {limit}")]
+    RequiredAboveLimit { required: u64, limit: u64 },
+    #[error("{requested} bytes is more than pool {pool:?} can hold ({pool_bytes} bytes of data)")]
+    ExceedsPool {
+        pool: String,
+        requested: u64,
+        pool_bytes: u64,
+    },
+}
+
+/// CreateVolume.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateVolumeError {
+    #[error("CreateVolume needs a volume name")]
+    MissingName,
+    #[error("volume name {name:?} is not acceptable: {source}")]
+    InvalidName { name: String, source: NameError },
+    #[error("CreateVolume needs at least one volume capability")]
+    MissingCapabilities,
+    #[error("{0}")]
+    Capability(#[from] CapabilityError),
+    #[error("volume content sources (snapshots, clones) are not supported by dfs.dpufs.io yet")]
+    ContentSource,
+    #[error(
+        "mutable parameters ({}) are not supported: dfs.dpufs.io has no ControllerModifyVolume",
+        .0.join(", ")
+    )]
+    MutableParameters(Vec<String>),
+    #[error("{0}")]
+    Params(#[from] ParamError),
+    #[error("{0}")]
+    Capacity(#[from] CapacityError),
+    #[error("{0}")]
+    Directory(#[from] DirectoryError),
+    #[error(
+        "tenant {tenant:?} may use several pools ({}); set the StorageClass parameter pool",
+        .allowed.join(", ")
+    )]
+    PoolRequired {
+        tenant: String,
+        allowed: Vec<String>,
+    },
+    #[error(
+        "tenant {tenant:?} may not use pool {pool:?}; its allowedPools are {}",
+        .allowed.join(", ")
+    )]
+    PoolNotAllowed {
+        tenant: String,
+        pool: String,
+        allowed: Vec<String>,
+    },
+    #[error("pool {pool:?} ({uuid}) does not exist in DAOS system {system:?}")]
+    PoolMissing {
+        system: String,
+        pool: String,
+        uuid: String,
+    },
+    #[error(
+        "DAOS system {system:?} is not in the requisite topology ({requisite}); volumes of this StorageClass can only be placed there"
+    )]
+    Topology { system: String, requisite: String },
+    #[error("volume {name:?} already exists with other settings: {}", .differences.join("; "))]
+    Incompatible {
+        name: String,
+        differences: Vec<String>,
+    },
+    #[error(
+        "volume {name:?} already exists in pool {pool:?}, not in the requested pool {requested:?}"
+    )]
+    InOtherPool {
+        name: String,
+        pool: String,
+        requested: String,
+    },
+    #[error("container label {label} is taken by a container of volume {other:?}")]
+    LabelTaken { label: String, other: String },
+    #[error("{0}")]
+    Busy(#[from] Busy),
+    #[error("{step}: {source}")]
+    Daos { step: String, source: DaosError },
+}
+
+/// DeleteVolume.
+#[derive(Debug, thiserror::Error)]
+pub enum DeleteVolumeError {
+    #[error("DeleteVolume needs a volume id")]
+    MissingId,
+    #[error("{0}")]
+    MalformedId(VolumeIdError),
+    #[error("{0}")]
+    Directory(#[from] DirectoryError),
+    #[error(
+        "container {container} (label {label:?}) in volume {id} was not provisioned by dfs.dpufs.io; it is not deleted"
+    )]
+    NotOurs {
+        id: String,
+        container: String,
+        label: String,
+    },
+    #[error("volume {id} is in use: {message}")]
+    InUse { id: String, message: String },
+    #[error("{0}")]
+    Busy(#[from] Busy),
+    #[error("{step}: {source}")]
+    Daos { step: String, source: DaosError },
+}
+
+/// ValidateVolumeCapabilities.
+#[derive(Debug, thiserror::Error)]
+pub enum ValidateVolumeError {
+    #[error("ValidateVolumeCapabilities needs a volume id")]
+    MissingId,
+    #[error("ValidateVolumeCapabilities needs at least one volume capability")]
+    MissingCapabilities,
+    #[error("{0}")]
+    MalformedId(VolumeIdError),
+    #[error("volume {0} does not exist")]
+    NotFound(String),
+    #[error("{0}")]
+    Directory(#[from] DirectoryError),
+    #[error("{step}: {source}")]
+    Daos { step: String, source: DaosError },
+}
+
+/// ControllerExpandVolume.
+#[derive(Debug, thiserror::Error)]
+pub enum ExpandVolumeError {
+    #[error("ControllerExpandVolume needs a volume id")]
+    MissingId,
+    #[error("ControllerExpandVolume needs a capacity range with required_bytes")]
+    MissingCapacity,
+    #[error("{0}")]
+    MalformedId(VolumeIdError),
+    #[error("volume {0} does not exist")]
+    NotFound(String),
+    #[error("{0}")]
+    Capability(#[from] CapabilityError),
+    #[error("{0}")]
+    Capacity(#[from] CapacityError),
+    #[error(
+        "container {container} (label {label:?}) in volume {id} was not provisioned by dfs.dpufs.io; it is not changed"
+    )]
+    NotOurs {
+        id: String,
+        container: String,
+        label: String,
+    },
+    #[error("{0}")]
+    Directory(#[from] DirectoryError),
+    #[error("{0}")]
+    Busy(#[from] Busy),
+    #[error("{step}: {source}")]
+    Daos { step: String, source: DaosError },
+}
+
+/// Every error a CSI call of this driver can end with.
+#[derive(Debug, thiserror::Error)]
+pub enum CsiError {
+    #[error("CreateVolume: {0}")]
+    CreateVolume(#[from] CreateVolumeError),
+    #[error("DeleteVolume: {0}")]
+    DeleteVolume(#[from] DeleteVolumeError),
+    #[error("ValidateVolumeCapabilities: {0}")]
+    ValidateVolume(#[from] ValidateVolumeError),
+    #[error("ControllerExpandVolume: {0}")]
+    ExpandVolume(#[from] ExpandVolumeError),
+    #[error("{0} is not implemented by dfs.dpufs.io (not in its capabilities)")]
+    Unimplemented(&'static str),
+}
+
+impl CsiError {
+    /// The gRPC code of every error: the one table of this driver.
+    pub fn code(&self) -> Code {
+        use CreateVolumeError as C;
+        use DeleteVolumeError as D;
+        use ExpandVolumeError as E;
+        use ValidateVolumeError as V;
+        match self {
+            CsiError::CreateVolume(e) => match e {
+                C::MissingName
+                | C::InvalidName { .. }
+                | C::MissingCapabilities
+                | C::Capability(_)
+                | C::ContentSource
+                | C::MutableParameters(_)
+                | C::PoolRequired { .. } => Code::InvalidArgument,
+                C::Params(ParamError::PoolProvisioning) => Code::Unimplemented,
+                C::Params(_) => Code::InvalidArgument,
+                C::Capacity(_) => Code::OutOfRange,
+                C::Directory(d) => directory_code(d),
+                C::PoolNotAllowed { .. } => Code::PermissionDenied,
+                C::PoolMissing { .. } => Code::FailedPrecondition,
+                C::Topology { .. } => Code::ResourceExhausted,
+                C::Incompatible { .. } | C::InOtherPool { .. } => Code::AlreadyExists,
+                C::LabelTaken { .. } => Code::Internal,
+                C::Busy(_) => Code::Aborted,
+                // DAOS refusing what the parameters asked for (rd_fac beyond the pool's
+                // fault domains...) is the caller's to fix.
+                C::Daos {
+                    source: DaosError::Invalid { .. },
+                    ..
+                } => Code::InvalidArgument,
+                C::Daos { source, .. } => daos_code(source),
+            },
+            CsiError::DeleteVolume(e) => match e {
+                D::MissingId | D::MalformedId(_) => Code::InvalidArgument,
+                D::Directory(d) => directory_code(d),
+                D::NotOurs { .. } | D::InUse { .. } => Code::FailedPrecondition,
+                D::Busy(_) => Code::Aborted,
+                D::Daos { source, .. } => daos_code(source),
+            },
+            CsiError::ValidateVolume(e) => match e {
+                V::MissingId | V::MissingCapabilities => Code::InvalidArgument,
+                V::MalformedId(VolumeIdError::Foreign(_)) => Code::NotFound,
+                V::MalformedId(_) => Code::InvalidArgument,
+                V::NotFound(_) => Code::NotFound,
+                V::Directory(d) => directory_code(d),
+                V::Daos { source, .. } => daos_code(source),
+            },
+            CsiError::ExpandVolume(e) => match e {
+                E::MissingId | E::MissingCapacity | E::Capability(_) => Code::InvalidArgument,
+                E::MalformedId(VolumeIdError::Foreign(_)) => Code::NotFound,
+                E::MalformedId(_) => Code::InvalidArgument,
+                E::NotFound(_) => Code::NotFound,
+                E::Capacity(_) => Code::OutOfRange,
+                E::NotOurs { .. } => Code::FailedPrecondition,
+                E::Directory(d) => directory_code(d),
+                E::Busy(_) => Code::Aborted,
+                E::Daos { source, .. } => daos_code(source),
+            },
+            CsiError::Unimplemented(_) => Code::Unimplemented,
+        }
+    }
+}
+
+fn directory_code(e: &DirectoryError) -> Code {
+    match e {
+        DirectoryError::SeveralSystems(_) => Code::InvalidArgument,
+        DirectoryError::NoSystem
+        | DirectoryError::UnknownSystem(_)
+        | DirectoryError::UnknownPool { .. }
+        | DirectoryError::NoTenant(_)
+        | DirectoryError::NoDefaultTenant => Code::FailedPrecondition,
+        DirectoryError::Unavailable(_) => Code::Unavailable,
+    }
+}
+
+fn daos_code(e: &DaosError) -> Code {
+    match e {
+        DaosError::NotFound { .. } => Code::NotFound,
+        // Someone else changed the same object meanwhile; a retry sees the result.
+        DaosError::Exists { .. } => Code::Aborted,
+        DaosError::NoSpace { .. } => Code::ResourceExhausted,
+        DaosError::PermissionDenied { .. } => Code::PermissionDenied,
+        DaosError::Busy { .. }
+        | DaosError::Unreachable { .. }
+        | DaosError::Timeout(..)
+        | DaosError::NotLeader { .. }
+        | DaosError::NotReplica { .. } => Code::Unavailable,
+        DaosError::Incompatible { .. } | DaosError::Config(_) => Code::FailedPrecondition,
+        DaosError::Rpc {
+            code: Code::Unavailable | Code::DeadlineExceeded,
+            ..
+        } => Code::Unavailable,
+        e if e.is_retryable() => Code::Unavailable,
+        DaosError::Invalid { .. }
+        | DaosError::Fault { .. }
+        | DaosError::Der { .. }
+        | DaosError::Rpc { .. } => Code::Internal,
+    }
+}
+
+impl From<CsiError> for Status {
+    fn from(e: CsiError) -> Status {
+        // Status::new leaves `details` empty.
+        Status::new(e.code(), e.to_string())
+    }
+}
+
+macro_rules! into_status {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Status {
+            fn from(e: $t) -> Status {
+                CsiError::from(e).into()
+            }
+        }
+    )*};
+}
+
+into_status!(
+    CreateVolumeError,
+    DeleteVolumeError,
+    ValidateVolumeError,
+    ExpandVolumeError
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn daos_invalid() -> DaosError {
+        DaosError::Invalid {
+            message: "DER_INVAL(-1003): rd_fac 2 needs more than the pool's 1 fault domains".into(),
+        }
+    }
+
+    fn daos_unreachable() -> DaosError {
+        DaosError::Unreachable {
+            endpoints: "127.0.0.1:1".into(),
+            cause: "connection refused".into(),
+        }
+    }
+
+    fn step(source: DaosError) -> (String, DaosError) {
+        ("creating container".into(), source)
+    }
+
+    /// (error, code, a fragment the message must contain)
+    fn table() -> Vec<(CsiError, Code, &'static str)> {
+        use CreateVolumeError as C;
+        use DeleteVolumeError as D;
+        use ExpandVolumeError as E;
+        use ValidateVolumeError as V;
+        let malformed = || VolumeIdError::Malformed {
+            id: "v1/x".into(),
+            reason: "expected 3 parts after v1/, found 1".into(),
+        };
+        let foreign = || VolumeIdError::Foreign("some-id".into());
+        let (s, d) = step(daos_invalid());
+        let (s2, d2) = step(daos_unreachable());
+        vec![
+            // CreateVolume
+            (
+                C::MissingName.into(),
+                Code::InvalidArgument,
+                "needs a volume name",
+            ),
+            (
+                C::InvalidName {
+                    name: "a\u{7}".into(),
+                    source: NameError::ControlCharacter(7),
+                }
+                .into(),
+                Code::InvalidArgument,
+                "U+0007",
+            ),
+            (
+                C::MissingCapabilities.into(),
+                Code::InvalidArgument,
+                "capability",
+            ),
+            (
+                C::Capability(CapabilityError::Block).into(),
+                Code::InvalidArgument,
+                "block",
+            ),
+            (
+                C::ContentSource.into(),
+                Code::InvalidArgument,
+                "content sources",
+            ),
+            (
+                C::MutableParameters(vec!["qos".into()]).into(),
+                Code::InvalidArgument,
+                "qos",
+            ),
+            (
+                C::Params(ParamError::Unknown(vec!["volumeMode".into()])).into(),
+                Code::InvalidArgument,
+                "\"volumeMode\"",
+            ),
+            (
+                C::Params(ParamError::Invalid {
+                    key: "chunkSize".into(),
+                    value: "1".into(),
+                    reason: "out of range".into(),
+                })
+                .into(),
+                Code::InvalidArgument,
+                "chunkSize",
+            ),
+            (
+                C::Params(ParamError::PoolProvisioning).into(),
+                Code::Unimplemented,
+                "provisioning=pool",
+            ),
+            (
+                C::Capacity(CapacityError::Negative {
+                    required: -1,
+                    limit: 0,
+                })
+                .into(),
+                Code::OutOfRange,
+                "negative",
+            ),
+            (
+                C::Capacity(CapacityError::RequiredAboveLimit {
+                    required: 2,
+                    limit: 1,
+                })
+                .into(),
+                Code::OutOfRange,
+                "at most 1",
+            ),
+            (
+                C::Capacity(CapacityError::ExceedsPool {
+                    pool: "fast".into(),
+                    requested: 10,
+                    pool_bytes: 5,
+                })
+                .into(),
+                Code::OutOfRange,
+                "pool \"fast\"",
+            ),
+            (
+                C::Directory(DirectoryError::NoTenant("team-z".into())).into(),
+                Code::FailedPrecondition,
+                "namespace \"team-z\"",
+            ),
+            (
+                C::Directory(DirectoryError::NoDefaultTenant).into(),
+                Code::FailedPrecondition,
+                "--extra-create-metadata",
+            ),
+            (
+                C::Directory(DirectoryError::NoSystem).into(),
+                Code::FailedPrecondition,
+                "no DAOS system",
+            ),
+            (
+                C::Directory(DirectoryError::SeveralSystems(vec!["a".into(), "b".into()])).into(),
+                Code::InvalidArgument,
+                "parameter system",
+            ),
+            (
+                C::Directory(DirectoryError::UnknownSystem("x".into())).into(),
+                Code::FailedPrecondition,
+                "\"x\"",
+            ),
+            (
+                C::Directory(DirectoryError::UnknownPool {
+                    system: "s".into(),
+                    pool: "p".into(),
+                })
+                .into(),
+                Code::FailedPrecondition,
+                "pool \"p\"",
+            ),
+            (
+                C::Directory(DirectoryError::Unavailable("API down".into())).into(),
+                Code::Unavailable,
+                "API down",
+            ),
+            (
+                C::PoolRequired {
+                    tenant: "t".into(),
+                    allowed: vec!["a".into(), "b".into()],
+                }
+                .into(),
+                Code::InvalidArgument,
+                "a, b",
+            ),
+            (
+                C::PoolNotAllowed {
+                    tenant: "t".into(),
+                    pool: "p".into(),
+                    allowed: vec!["a".into()],
+                }
+                .into(),
+                Code::PermissionDenied,
+                "may not use pool \"p\"",
+            ),
+            (
+                C::PoolMissing {
+                    system: "s".into(),
+                    pool: "p".into(),
+                    uuid: "u".into(),
+                }
+                .into(),
+                Code::FailedPrecondition,
+                "does not exist",
+            ),
+            (
+                C::Topology {
+                    system: "s".into(),
+                    requisite: "dpufs.io/daos-system=t".into(),
+                }
+                .into(),
+                Code::ResourceExhausted,
+                "requisite",
+            ),
+            (
+                C::Incompatible {
+                    name: "pvc-1".into(),
+                    differences: vec!["capacity 1 bytes, asked at least 2".into()],
+                }
+                .into(),
+                Code::AlreadyExists,
+                "capacity 1 bytes",
+            ),
+            (
+                C::InOtherPool {
+                    name: "pvc-1".into(),
+                    pool: "a".into(),
+                    requested: "b".into(),
+                }
+                .into(),
+                Code::AlreadyExists,
+                "pool \"a\"",
+            ),
+            (
+                C::LabelTaken {
+                    label: "csi-x".into(),
+                    other: "pvc-2".into(),
+                }
+                .into(),
+                Code::Internal,
+                "pvc-2",
+            ),
+            (
+                C::Busy(Busy("volume name \"pvc-1\"".into())).into(),
+                Code::Aborted,
+                "already in progress",
+            ),
+            (
+                C::Daos { step: s, source: d }.into(),
+                Code::InvalidArgument,
+                "rd_fac 2",
+            ),
+            (
+                C::Daos {
+                    step: s2,
+                    source: d2,
+                }
+                .into(),
+                Code::Unavailable,
+                "connection refused",
+            ),
+            // DeleteVolume
+            (
+                D::MissingId.into(),
+                Code::InvalidArgument,
+                "needs a volume id",
+            ),
+            (
+                D::MalformedId(malformed()).into(),
+                Code::InvalidArgument,
+                "malformed",
+            ),
+            (
+                D::Directory(DirectoryError::UnknownSystem("x".into())).into(),
+                Code::FailedPrecondition,
+                "not configured",
+            ),
+            (
+                D::NotOurs {
+                    id: "v1/s/p/c".into(),
+                    container: "c".into(),
+                    label: "shared".into(),
+                }
+                .into(),
+                Code::FailedPrecondition,
+                "not provisioned by dfs.dpufs.io",
+            ),
+            (
+                D::InUse {
+                    id: "v1/s/p/c".into(),
+                    message: "open handles".into(),
+                }
+                .into(),
+                Code::FailedPrecondition,
+                "in use",
+            ),
+            (
+                D::Busy(Busy("volume v1/s/p/c".into())).into(),
+                Code::Aborted,
+                "v1/s/p/c",
+            ),
+            (
+                D::Daos {
+                    step: "destroying".into(),
+                    source: daos_unreachable(),
+                }
+                .into(),
+                Code::Unavailable,
+                "destroying",
+            ),
+            (
+                D::Daos {
+                    step: "destroying".into(),
+                    source: daos_invalid(),
+                }
+                .into(),
+                Code::Internal,
+                "DER_INVAL",
+            ),
+            // ValidateVolumeCapabilities
+            (V::MissingId.into(), Code::InvalidArgument, "volume id"),
+            (
+                V::MissingCapabilities.into(),
+                Code::InvalidArgument,
+                "capability",
+            ),
+            (
+                V::MalformedId(malformed()).into(),
+                Code::InvalidArgument,
+                "malformed",
+            ),
+            (
+                V::MalformedId(foreign()).into(),
+                Code::NotFound,
+                "not issued",
+            ),
+            (
+                V::NotFound("v1/s/p/c".into()).into(),
+                Code::NotFound,
+                "does not exist",
+            ),
+            (
+                V::Directory(DirectoryError::UnknownSystem("x".into())).into(),
+                Code::FailedPrecondition,
+                "not configured",
+            ),
+            (
+                V::Daos {
+                    step: "querying".into(),
+                    source: DaosError::Timeout(
+                        Duration::from_secs(1),
+                        Box::new(daos_unreachable()),
+                    ),
+                }
+                .into(),
+                Code::Unavailable,
+                "querying",
+            ),
+            // ControllerExpandVolume
+            (E::MissingId.into(), Code::InvalidArgument, "volume id"),
+            (
+                E::MissingCapacity.into(),
+                Code::InvalidArgument,
+                "required_bytes",
+            ),
+            (
+                E::MalformedId(malformed()).into(),
+                Code::InvalidArgument,
+                "malformed",
+            ),
+            (
+                E::MalformedId(foreign()).into(),
+                Code::NotFound,
+                "not issued",
+            ),
+            (
+                E::NotFound("v1/s/p/c".into()).into(),
+                Code::NotFound,
+                "does not exist",
+            ),
+            (
+                E::Capability(CapabilityError::FsType("ext4".into())).into(),
+                Code::InvalidArgument,
+                "ext4",
+            ),
+            (
+                E::Capacity(CapacityError::ExceedsPool {
+                    pool: "p".into(),
+                    requested: 2,
+                    pool_bytes: 1,
+                })
+                .into(),
+                Code::OutOfRange,
+                "more than pool",
+            ),
+            (
+                E::NotOurs {
+                    id: "v1/s/p/c".into(),
+                    container: "c".into(),
+                    label: "l".into(),
+                }
+                .into(),
+                Code::FailedPrecondition,
+                "not changed",
+            ),
+            (
+                E::Directory(DirectoryError::Unavailable("x".into())).into(),
+                Code::Unavailable,
+                "cannot be read",
+            ),
+            (
+                E::Busy(Busy("volume v".into())).into(),
+                Code::Aborted,
+                "in progress",
+            ),
+            (
+                E::Daos {
+                    step: "setting quota".into(),
+                    source: DaosError::NoSpace {
+                        message: "full".into(),
+                    },
+                }
+                .into(),
+                Code::ResourceExhausted,
+                "setting quota",
+            ),
+            (
+                CsiError::Unimplemented("ListVolumes"),
+                Code::Unimplemented,
+                "ListVolumes",
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_error_has_its_code_an_empty_details_and_a_message() {
+        for (err, code, fragment) in table() {
+            let text = err.to_string();
+            let status = Status::from(err);
+            assert_eq!(status.code(), code, "{text}");
+            assert!(status.details().is_empty(), "{text}");
+            assert!(
+                status.message().contains(fragment),
+                "{:?} lacks {fragment:?}",
+                status.message()
+            );
+        }
+    }
+
+    #[test]
+    fn per_operation_errors_convert_directly() {
+        let s = Status::from(CreateVolumeError::MissingName);
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert!(s.message().starts_with("CreateVolume: "), "{}", s.message());
+        let s = Status::from(DeleteVolumeError::MissingId);
+        assert!(s.message().starts_with("DeleteVolume: "));
+        let s = Status::from(ValidateVolumeError::MissingId);
+        assert!(s.message().starts_with("ValidateVolumeCapabilities: "));
+        let s = Status::from(ExpandVolumeError::MissingId);
+        assert!(s.message().starts_with("ControllerExpandVolume: "));
+    }
+
+    #[test]
+    fn daos_errors() {
+        for (e, code) in [
+            (
+                DaosError::NotFound {
+                    message: "x".into(),
+                },
+                Code::NotFound,
+            ),
+            (
+                DaosError::Exists {
+                    message: "x".into(),
+                },
+                Code::Aborted,
+            ),
+            (
+                DaosError::NoSpace {
+                    message: "x".into(),
+                },
+                Code::ResourceExhausted,
+            ),
+            (
+                DaosError::PermissionDenied {
+                    message: "x".into(),
+                },
+                Code::PermissionDenied,
+            ),
+            (
+                DaosError::Busy {
+                    message: "x".into(),
+                },
+                Code::Unavailable,
+            ),
+            (daos_unreachable(), Code::Unavailable),
+            (
+                DaosError::NotLeader {
+                    leader_hint: String::new(),
+                    replicas: vec![],
+                },
+                Code::Unavailable,
+            ),
+            (
+                DaosError::NotReplica { replicas: vec![] },
+                Code::Unavailable,
+            ),
+            (
+                DaosError::Incompatible {
+                    message: "x".into(),
+                },
+                Code::FailedPrecondition,
+            ),
+            (DaosError::Config("x".into()), Code::FailedPrecondition),
+            (
+                DaosError::Rpc {
+                    code: Code::DeadlineExceeded,
+                    message: "x".into(),
+                },
+                Code::Unavailable,
+            ),
+            (
+                DaosError::Rpc {
+                    code: Code::DataLoss,
+                    message: "x".into(),
+                },
+                Code::Internal,
+            ),
+            // DER_AGAIN: DAOS's own clients retry it.
+            (DaosError::from_der(-1013, "x"), Code::Unavailable),
+            (DaosError::from_der(-1003, "x"), Code::Internal),
+            (
+                DaosError::Der {
+                    code: -1999,
+                    message: "x".into(),
+                },
+                Code::Internal,
+            ),
+        ] {
+            assert_eq!(daos_code(&e), code, "{e:?}");
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! The volume worker's control socket (`<state-dir>/control.sock`): one JSON object per
+//! line in, one per line out.
+//!
+//! | request | answer |
+//! |---|---|
+//! | [`Request::Health`] | [`Reply::Health`] |
+//! | [`Request::Stats`] | [`Reply::Stats`] |
+//! | [`Request::Stop`] | [`Reply::Stopping`], sent before the stop begins |
+//! | anything else | [`Reply::Refused`] |
+
+use crate::wire::{self, DecodeError};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// A request to a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Request {
+    /// How the worker is and what it serves.
+    Health,
+    /// Its counters.
+    Stats,
+    /// Stop: unmount (when it mounted) or drain (when it serves a handed descriptor).
+    Stop,
+}
+
+impl Request {
+    /// Reads a request line as the worker does; the error is what the worker answers.
+    pub fn decode(text: &str) -> Result<Request, String> {
+        let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        match v.get("op").and_then(Value::as_str) {
+            Some("health") => Ok(Request::Health),
+            Some("stats") => Ok(Request::Stats),
+            Some("stop") => Ok(Request::Stop),
+            Some(other) => Err(format!("unknown op {other:?}")),
+            None => Err("missing \"op\"".to_string()),
+        }
+    }
+
+    /// The request as its line (without the newline).
+    pub fn encode(&self) -> String {
+        wire::encode(self)
+    }
+
+    /// Reads the worker's answer to this request.
+    pub fn decode_reply(&self, text: &str) -> Result<Reply, DecodeError> {
+        let v = wire::parse(text)?;
+        if let Some(error) = wire::refusal(&v) {
+            return Ok(Reply::Refused(error));
+        }
+        Ok(match self {
+            Request::Health => Reply::Health(wire::payload("health", v)?),
+            Request::Stats => Reply::Stats(wire::payload::<StatsBody>("stats", v)?.stats),
+            Request::Stop => {
+                let b: StoppingBody = wire::payload("stop", v)?;
+                if b.state != WorkerState::Stopping {
+                    return Err(DecodeError::Unexpected {
+                        request: "stop",
+                        detail: format!("state {:?}", b.state),
+                    });
+                }
+                Reply::Stopping
+            }
+        })
+    }
+}
+
+/// A worker's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// `{"ok":true,"state":…,"initialized":…,…}`.
+    Health(Health),
+    /// `{"ok":true,"stats":{…}}`.
+    Stats(WorkerStats),
+    /// `{"ok":true,"state":"stopping"}`.
+    Stopping,
+    /// `{"ok":false,"error":"…"}`.
+    Refused(String),
+}
+
+impl Reply {
+    /// The answer as its line (without the newline).
+    pub fn encode(&self) -> String {
+        self.to_value().to_string()
+    }
+
+    fn to_value(&self) -> Value {
+        match self {
+            Reply::Health(h) => wire::ok(h),
+            Reply::Stats(s) => wire::ok(&StatsBody { stats: s.clone() }),
+            Reply::Stopping => wire::ok(&StoppingBody {
+                state: WorkerState::Stopping,
+            }),
+            Reply::Refused(e) => wire::refused(e),
+        }
+    }
+}
+
+/// The answer as it goes on the wire (what `dpufs status --json` shows of a worker).
+impl Serialize for Reply {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_value().serialize(s)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct StatsBody {
+    stats: WorkerStats,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoppingBody {
+    state: WorkerState,
+}
+
+/// Whether a worker serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerState {
+    Serving,
+    Stopping,
+}
+
+/// The answer to `health`: what the worker is (also its `worker.json`) and how it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Health {
+    pub state: WorkerState,
+    /// This process answered INIT, or took over a connection that had.
+    pub initialized: bool,
+    pub threads_alive: u64,
+    pub in_flight: u64,
+    pub uptime_secs: f64,
+    #[serde(flatten)]
+    pub info: WorkerInfo,
+}
+
+/// What a worker is, fixed at start: `health` reports it and `worker.json` records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    /// Of this record (1).
+    pub version: u32,
+    pub pid: u32,
+    /// The `--backend` served.
+    pub backend: String,
+    /// Where the connection is mounted, if known.
+    pub mountpoint: Option<PathBuf>,
+    /// Whether the worker mounted (and unmounts when it stops).
+    pub owns_mount: bool,
+    pub fsname: String,
+    /// Reader threads.
+    pub threads: u64,
+    pub uid: u32,
+    pub gid: u32,
+    /// The access mode, as Rust names it (`MultiWriter`, `SingleWriter`, `ReadOnly`).
+    pub access: String,
+    pub data_cache: bool,
+    pub writeback_cache: bool,
+}
+
+/// The answer to `stats`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct WorkerStats {
+    pub uptime_secs: f64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub in_flight: u64,
+    /// Requests the transport could not decode or answer (the kernel gave up on them).
+    pub transport_errors: u64,
+    /// Error replies by errno name (`ENOENT`, …, `other`).
+    pub errors: BTreeMap<String, u64>,
+    /// Per FUSE operation (`write`, `lookup`, …); operations never seen are left out.
+    pub ops: BTreeMap<String, OpStats>,
+}
+
+/// One operation's counters.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct OpStats {
+    pub count: u64,
+    pub errors: u64,
+    /// Mean latency in µs, to a tenth.
+    pub mean_us: f64,
+    pub max_us: u64,
+    /// Percentiles as the upper bound of their power-of-two bucket (none before a timing).
+    pub p50_us: Option<u64>,
+    pub p99_us: Option<u64>,
+    /// `[upper bound in µs (exclusive), count]` of the non-empty buckets.
+    pub histogram_us: Vec<(u64, u64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_match_their_json() {
+        for (text, req) in [
+            (r#"{"op":"health"}"#, Request::Health),
+            (r#"{"op":"stats"}"#, Request::Stats),
+            (r#"{"op":"stop"}"#, Request::Stop),
+        ] {
+            assert_eq!(req.encode(), text);
+            assert_eq!(Request::decode(text), Ok(req));
+        }
+        assert_eq!(
+            Request::decode(r#"{"op":"health","extra":1}"#),
+            Ok(Request::Health)
+        );
+    }
+
+    /// The worker's answers to bad requests, word for word.
+    #[test]
+    fn bad_requests_get_the_same_errors() {
+        assert_eq!(
+            Request::decode(r#"{"op":"dance"}"#),
+            Err(r#"unknown op "dance""#.to_string())
+        );
+        assert_eq!(
+            Request::decode(r#"{"no":"op"}"#),
+            Err(r#"missing "op""#.to_string())
+        );
+        assert_eq!(
+            Request::decode(r#"{"op":5}"#),
+            Err(r#"missing "op""#.to_string())
+        );
+        let e = Request::decode("{").unwrap_err();
+        assert!(e.starts_with("not JSON: "), "{e}");
+        assert_eq!(
+            Reply::Refused(r#"unknown op "dance""#.into()).encode(),
+            r#"{"error":"unknown op \"dance\"","ok":false}"#
+        );
+    }
+
+    fn health() -> Health {
+        Health {
+            state: WorkerState::Serving,
+            initialized: true,
+            threads_alive: 4,
+            in_flight: 0,
+            uptime_secs: 1.5,
+            info: WorkerInfo {
+                version: 1,
+                pid: 42,
+                backend: "local:/srv".into(),
+                mountpoint: Some("/mnt/v".into()),
+                owns_mount: false,
+                fsname: "dpufs".into(),
+                threads: 4,
+                uid: 0,
+                gid: 0,
+                access: "MultiWriter".into(),
+                data_cache: true,
+                writeback_cache: false,
+            },
+        }
+    }
+
+    fn stats() -> WorkerStats {
+        WorkerStats {
+            uptime_secs: 1.5,
+            bytes_read: 0,
+            bytes_written: 4096,
+            in_flight: 0,
+            transport_errors: 0,
+            errors: [("ENOENT".to_string(), 2)].into(),
+            ops: [(
+                "write".to_string(),
+                OpStats {
+                    count: 1,
+                    errors: 0,
+                    mean_us: 31.0,
+                    max_us: 31,
+                    p50_us: Some(32),
+                    p99_us: Some(32),
+                    histogram_us: vec![(32, 1)],
+                },
+            )]
+            .into(),
+        }
+    }
+
+    /// Answers as the worker sends them.
+    #[test]
+    fn replies_match_their_json() {
+        let cases = [
+            (
+                Request::Health,
+                concat!(
+                    r#"{"access":"MultiWriter","backend":"local:/srv","data_cache":true,"#,
+                    r#""fsname":"dpufs","gid":0,"in_flight":0,"initialized":true,"#,
+                    r#""mountpoint":"/mnt/v","ok":true,"owns_mount":false,"pid":42,"#,
+                    r#""state":"serving","threads":4,"threads_alive":4,"uid":0,"#,
+                    r#""uptime_secs":1.5,"version":1,"writeback_cache":false}"#
+                ),
+                Reply::Health(health()),
+            ),
+            (
+                Request::Stats,
+                concat!(
+                    r#"{"ok":true,"stats":{"bytes_read":0,"bytes_written":4096,"#,
+                    r#""errors":{"ENOENT":2},"in_flight":0,"ops":{"write":{"count":1,"#,
+                    r#""errors":0,"histogram_us":[[32,1]],"max_us":31,"mean_us":31.0,"#,
+                    r#""p50_us":32,"p99_us":32}},"transport_errors":0,"uptime_secs":1.5}}"#
+                ),
+                Reply::Stats(stats()),
+            ),
+            (
+                Request::Stop,
+                r#"{"ok":true,"state":"stopping"}"#,
+                Reply::Stopping,
+            ),
+            (
+                Request::Stats,
+                r#"{"error":"missing \"op\"","ok":false}"#,
+                Reply::Refused(r#"missing "op""#.into()),
+            ),
+        ];
+        for (req, text, reply) in cases {
+            assert_eq!(reply.encode(), text);
+            assert_eq!(serde_json::to_string(&reply).unwrap(), text);
+            assert_eq!(req.decode_reply(text), Ok(reply));
+        }
+    }
+
+    #[test]
+    fn worker_json_is_the_static_part_of_health() {
+        let info = health().info;
+        assert_eq!(
+            wire::encode(&info),
+            concat!(
+                r#"{"access":"MultiWriter","backend":"local:/srv","data_cache":true,"#,
+                r#""fsname":"dpufs","gid":0,"mountpoint":"/mnt/v","owns_mount":false,"#,
+                r#""pid":42,"threads":4,"uid":0,"version":1,"writeback_cache":false}"#
+            )
+        );
+        let mut none = info;
+        none.mountpoint = None;
+        assert!(wire::encode(&none).contains(r#""mountpoint":null"#));
+    }
+}
