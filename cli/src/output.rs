@@ -223,6 +223,7 @@ mod tests {
     fn hints_for_common_errors() {
         let not_found = DaosError::NotFound {
             message: "x".into(),
+            der: None,
         };
         assert!(hint(&not_found, "e").unwrap().contains("dpufs pool list"));
         let unreachable = DaosError::Unreachable {

@@ -13,24 +13,28 @@ use tonic::{Code, Status};
 /// What a DAOS call can fail with.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum DaosError {
-    /// The pool, container or other entity does not exist.
+    // The six kinds below keep the DER code they were decoded from in `der`
+    // (see `DaosError::der`); it is `None` when the server sent no DER (a plain
+    // gRPC code, `ErrPoolNotFound`) or the error was made up locally.
+    /// The pool, container or other entity does not exist (DER_NONEXIST,
+    /// DER_ENOENT, DER_CONT_NONEXIST, or DAOS's `ErrPoolNotFound`).
     #[error("not found: {message}")]
-    NotFound { message: String },
-    /// The entity already exists.
+    NotFound { message: String, der: Option<Der> },
+    /// The entity already exists (DER_EXIST).
     #[error("already exists: {message}")]
-    Exists { message: String },
+    Exists { message: String, der: Option<Der> },
     /// Out of space (DER_NOSPACE).
     #[error("no space: {message}")]
-    NoSpace { message: String },
+    NoSpace { message: String, der: Option<Der> },
     /// The resource is busy (DER_BUSY).
     #[error("busy: {message}")]
-    Busy { message: String },
+    Busy { message: String, der: Option<Der> },
     /// Bad parameters (DER_INVAL or a plain server error about the request).
     #[error("invalid request: {message}")]
-    Invalid { message: String },
+    Invalid { message: String, der: Option<Der> },
     /// The caller may not do this (DER_NO_PERM or gRPC PermissionDenied).
     #[error("permission denied: {message}")]
-    PermissionDenied { message: String },
+    PermissionDenied { message: String, der: Option<Der> },
     /// A control-plane fault, with DAOS's own words and what to do.
     #[error("DAOS fault {code} ({domain}): {description}{}", hint(resolution))]
     Fault {
@@ -93,15 +97,16 @@ impl DaosError {
         } else {
             format!("{name}: {context}")
         };
-        match Der::from_code(code) {
+        let der = Der::from_code(code);
+        match der {
             Some(Der::Nonexist | Der::Enoent | Der::ContNonexist) => {
-                DaosError::NotFound { message }
+                DaosError::NotFound { message, der }
             }
-            Some(Der::Exist) => DaosError::Exists { message },
-            Some(Der::NoSpace) => DaosError::NoSpace { message },
-            Some(Der::Busy) => DaosError::Busy { message },
-            Some(Der::Inval) => DaosError::Invalid { message },
-            Some(Der::NoPerm) => DaosError::PermissionDenied { message },
+            Some(Der::Exist) => DaosError::Exists { message, der },
+            Some(Der::NoSpace) => DaosError::NoSpace { message, der },
+            Some(Der::Busy) => DaosError::Busy { message, der },
+            Some(Der::Inval) => DaosError::Invalid { message, der },
+            Some(Der::NoPerm) => DaosError::PermissionDenied { message, der },
             _ => DaosError::Der {
                 code: -code.abs(),
                 message,
@@ -117,7 +122,7 @@ impl DaosError {
         }
         match status.code() {
             Code::PermissionDenied | Code::Unauthenticated => {
-                DaosError::PermissionDenied { message }
+                DaosError::PermissionDenied { message, der: None }
             }
             Code::Unavailable => DaosError::Unreachable {
                 endpoints: String::new(),
@@ -135,29 +140,28 @@ impl DaosError {
                     ),
                 }
             }
+            // DAOS reports PoolCreate sizes it cannot use as a plain Go error
+            // ("unexpected pool create params", docs/engine.md), which gRPC
+            // turns into `Unknown` with no ErrorInfo: its text is the only
+            // thing that tells it from any other server failure.
             Code::Unknown if message.contains("unexpected pool create params") => {
-                DaosError::Invalid { message }
+                DaosError::Invalid { message, der: None }
             }
             code => DaosError::Rpc { code, message },
         }
     }
 
-    /// The DER code behind this error, where there is one.
+    /// The DER code behind this error, where the server sent one: the
+    /// ErrorInfo's status key or a response body's status, as decoded.
     pub fn der(&self) -> Option<Der> {
-        let from = |m: &str| {
-            m.split_once('(')
-                .and_then(|(_, rest)| rest.split_once(')'))
-                .and_then(|(n, _)| n.parse::<i32>().ok())
-                .and_then(Der::from_code)
-        };
         match self {
             DaosError::Der { code, .. } => Der::from_code(*code),
-            DaosError::NotFound { message }
-            | DaosError::Exists { message }
-            | DaosError::NoSpace { message }
-            | DaosError::Busy { message }
-            | DaosError::Invalid { message }
-            | DaosError::PermissionDenied { message } => from(message),
+            DaosError::NotFound { der, .. }
+            | DaosError::Exists { der, .. }
+            | DaosError::NoSpace { der, .. }
+            | DaosError::Busy { der, .. }
+            | DaosError::Invalid { der, .. }
+            | DaosError::PermissionDenied { der, .. } => *der,
             _ => None,
         }
     }
@@ -237,6 +241,7 @@ fn from_error_info(info: rpc::ErrorInfo, message: String) -> DaosError {
         },
         ei::REASON_POOL_NOT_FOUND => DaosError::NotFound {
             message: pool_not_found_text(&md(ei::KEY_POOL_INFO), &message),
+            der: None,
         },
         _ => DaosError::Rpc {
             code: Code::Internal,
@@ -317,8 +322,82 @@ mod tests {
     #[test]
     fn plain_status_codes() {
         let e = DaosError::from_status(&Status::permission_denied("no"));
-        assert!(matches!(e, DaosError::PermissionDenied { .. }));
+        assert!(matches!(e, DaosError::PermissionDenied { der: None, .. }));
         let e = DaosError::from_status(&Status::unknown("unexpected pool create params: x"));
-        assert!(matches!(e, DaosError::Invalid { .. }));
+        assert!(matches!(e, DaosError::Invalid { der: None, .. }));
+    }
+
+    /// A status as DAOS sends a DER: `Internal` with one ErrorInfo whose
+    /// status key holds the (negative) code.
+    fn der_status(code: i32, message: &str) -> Status {
+        let info = rpc::ErrorInfo {
+            reason: ei::REASON_DAOS_STATUS.into(),
+            domain: ei::DOMAIN.into(),
+            metadata: HashMap::from([(ei::KEY_STATUS.to_string(), code.to_string())]),
+        };
+        let details = rpc::Status {
+            code: Code::Internal as i32,
+            message: message.into(),
+            details: vec![prost_types::Any::from_msg(&info).unwrap()],
+        };
+        Status::with_details(Code::Internal, message, details.encode_to_vec().into())
+    }
+
+    #[test]
+    fn der_comes_from_error_info_not_from_the_message() {
+        for message in [
+            "DER_BUSY(-1012): Device or resource busy: pool (-1012) in use",
+            "pool tank (42) is gone",
+            "no code in these words",
+            "",
+        ] {
+            let e = DaosError::from_status(&der_status(-1005, message));
+            assert!(
+                matches!(e, DaosError::NotFound { .. }),
+                "{message:?}: {e:?}"
+            );
+            assert_eq!(e.der(), Some(Der::Nonexist), "{message:?}: {e:?}");
+            assert!(!e.is_retryable(), "{message:?}: {e:?}");
+        }
+        // The other way round: the message names one DER, the status key another.
+        let e = DaosError::from_status(&der_status(-1012, "DER_NONEXIST(-1005)"));
+        assert_eq!(e.der(), Some(Der::Busy), "{e:?}");
+        // Display still names the DER the code stands for.
+        let e = DaosError::from_status(&der_status(-1005, "x"));
+        assert!(
+            e.to_string().starts_with("not found: DER_NONEXIST(-1005)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn der_looking_text_without_error_info_is_no_der() {
+        let text = "DER_BUSY(-1012): Device or resource busy";
+        let e = DaosError::from_status(&Status::permission_denied(text));
+        assert!(matches!(e, DaosError::PermissionDenied { .. }), "{e:?}");
+        assert_eq!(e.der(), None, "{e:?}");
+        assert!(!e.is_retryable(), "{e:?}");
+        let e = DaosError::from_status(&Status::unknown(format!(
+            "unexpected pool create params: {text}"
+        )));
+        assert!(matches!(e, DaosError::Invalid { .. }), "{e:?}");
+        assert_eq!(e.der(), None, "{e:?}");
+        let e = DaosError::from_status(&Status::internal(text));
+        assert_eq!(e.der(), None, "{e:?}");
+        let e = DaosError::Busy {
+            message: text.into(),
+            der: None,
+        };
+        assert_eq!(e.der(), None);
+        assert_eq!(e.to_string(), format!("busy: {text}"));
+    }
+
+    #[test]
+    fn body_status_keeps_its_der() {
+        for &d in Der::ALL {
+            let e = DaosError::from_der(d.wire(), "(-1) context");
+            assert_eq!(e.der(), Some(d), "{e:?}");
+        }
+        assert_eq!(DaosError::from_der(-999_999, "x").der(), None);
     }
 }

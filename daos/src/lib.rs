@@ -4,6 +4,14 @@
 //! with an engine backend.
 
 pub mod certs;
+
+/// The capabilities a node agent signs for a worker's tenant session, and its keys (the
+/// fabric's, re-exported so that users of DFS need not depend on the fabric).
+pub mod capability {
+    pub use dpufs_fabric::session::{
+        AgentKey, AgentPublicKey, Capability, Rights, SignedCapability, unix_now,
+    };
+}
 pub mod containers;
 pub mod dfs;
 pub mod error;

@@ -8,15 +8,13 @@ use crate::error::{DaosError, Result};
 use openssl::nid::Nid;
 use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode, SslVersion};
 use openssl::x509::X509Ref;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use tokio::net::TcpStream;
 use tokio_openssl::SslStream;
 
-/// The one cipher suite DAOS accepts, in OpenSSL's naming.
-pub const DAOS_CIPHER: &str = "AES256-GCM-SHA384";
-/// Common Name DAOS servers present.
-pub const SERVER_CN: &str = "server";
+pub use dpufs_proto::daos::tls::{
+    CIPHER as DAOS_CIPHER, MAX_CERT_MODE, SERVER_CN, check_mode, max_key_mode,
+};
 
 /// Certificate files of one DAOS component.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,29 +37,6 @@ impl TlsFiles {
             component: component.to_string(),
         }
     }
-}
-
-/// Largest permissions DAOS tolerates on key files (`security/pem.go`).
-pub fn max_key_mode(component: &str) -> u32 {
-    if component == "admin" { 0o440 } else { 0o400 }
-}
-
-/// Largest permissions DAOS tolerates on certificate files.
-pub const MAX_CERT_MODE: u32 = 0o664;
-
-/// Refuses files whose permissions are wider than DAOS allows.
-pub fn check_mode(path: &Path, max: u32) -> std::io::Result<()> {
-    let mode = std::fs::metadata(path)?.permissions().mode() & 0o777;
-    if mode & !max != 0 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!(
-                "{} has mode {mode:o}, at most {max:o} is allowed (chmod {max:o} it)",
-                path.display()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// The subject Common Name of a certificate.

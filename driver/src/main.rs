@@ -12,7 +12,7 @@ use dpufs_csi::worker::backend::{BackendSpec, FabricOptions, open_backend};
 use dpufs_csi::worker::fs::{AccessMode, FsConfig};
 use dpufs_csi::worker::privilege::Limits;
 use dpufs_csi::worker::{FuseSource, Worker, WorkerConfig};
-use dpufs_fabric::soft::DeviceOptions;
+use dpufs_daos::dfs::fabric::{DeviceOptions, Provider, ProviderKind};
 use dpufs_node_api::wire;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -111,11 +111,16 @@ struct WorkerArgs {
     /// Re-read when it changes, so the agent can renew it.
     #[arg(long)]
     capability: Option<PathBuf>,
-    /// With an engine: backend: the fabric device to open (the node's NIC).
+    /// With an engine: backend: the fabric provider, `soft` (the node's software RDMA
+    /// device) or `verbs` (the RDMA device $DPUFS_RDMA_DEVICE names, else the first; needs a
+    /// build with the `rdma` feature).
+    #[arg(long, default_value = "soft")]
+    fabric_provider: ProviderKind,
+    /// With an engine: backend and the soft provider: the node's software device.
     #[arg(long, default_value = "dpufs-node")]
     fabric_device: String,
-    /// With an engine: backend: the software device directory (default: $DPUFS_FABRIC_DIR,
-    /// else /dev/shm/dpufs-fabric).
+    /// With an engine: backend and the soft provider: the software device directory (default:
+    /// $DPUFS_FABRIC_DIR, else /dev/shm/dpufs-fabric).
     #[arg(long)]
     fabric_dir: Option<PathBuf>,
     /// Mount here (as root). With --fuse-fd: where that connection is mounted (for the
@@ -248,7 +253,7 @@ fn worker(a: WorkerArgs) -> Result<()> {
     }
     let fabric = FabricOptions {
         capability: a.capability,
-        device,
+        provider: Provider::new(a.fabric_provider, device),
     };
     let backend = open_backend(&a.backend, &fabric)?;
     let w = Worker::start(cfg, backend)?;

@@ -1,3 +1,4 @@
+// Over 600 lines: every Controller RPC end to end against one engine fixture and one socket client.
 //! The CSI Identity and Controller services end to end: a real engine process, the server
 //! on a real unix socket in a temporary directory, and a tonic client over that socket.
 //! What the controller claims to have made is checked in the engine itself.

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{EngineBacking, Opts, WorkerProc, can_mount, errno_of, tempdir, worker_bin};
-use dpufs_fabric::session::{AgentKey, Rights};
+use dpufs_daos::capability::{AgentKey, Rights};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -115,4 +115,43 @@ fn a_capability_the_engine_does_not_trust_stops_the_worker_at_start() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("refused"), "{stderr}");
     assert!(!common::is_fuse_mount(mnt.path()), "nothing stays mounted");
+}
+
+/// The provider is chosen at run time. A build without the `rdma` feature (this one) asked for
+/// `verbs` says so and mounts nothing; the same worker on `soft` serves (the tests above).
+#[test]
+fn the_verbs_provider_is_chosen_at_run_time_and_says_when_it_is_not_built() {
+    if !can_mount() {
+        return;
+    }
+    let backing = EngineBacking::start();
+    let vol = &backing.volume;
+    let cap = vol.capability_by(&vol.agent, Rights::READ_WRITE, Duration::from_secs(600));
+    let file = vol.write_capability("verbs", &cap);
+    let mnt = tempdir("dpufs-mnt-");
+    let state = tempdir("dpufs-state-");
+    let out = Command::new(worker_bin())
+        .arg("worker")
+        .args(vol.worker_args(&file))
+        .args(["--fabric-provider", "verbs", "--mountpoint"])
+        .arg(mnt.path())
+        .arg("--state-dir")
+        .arg(state.path())
+        .env("DPUFS_RDMA_DEVICE", "mlx5_7")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("verbs provider (device mlx5_7) is not in this build")
+            && stderr.contains("--fabric-provider soft"),
+        "{stderr}"
+    );
+    assert!(!common::is_fuse_mount(mnt.path()), "nothing stays mounted");
+    let out = Command::new(worker_bin())
+        .args(["worker", "--fabric-provider", "ucx", "--backend", "local:/tmp"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("expected soft or verbs"), "{stderr}");
 }

@@ -44,7 +44,7 @@ fn a_quota_ends_in_enospc_and_keeps_what_was_written() {
             (CONT_DPUFS_CHUNK_SIZE, 256 << 10),
         ],
     );
-    let dfs = engine.mount(&pool, &cont, None, Rights::ReadWrite);
+    let dfs = engine.mount(&pool, &cont, None, Rights::READ_WRITE);
     let s = dfs.statfs().unwrap();
     assert_eq!((s.total_bytes, s.free_bytes), (3 * MIB, 3 * MIB));
 
@@ -91,8 +91,8 @@ fn a_full_pool_ends_in_enospc_for_every_container() {
     assert_eq!((free, total), (32 * MIB, 32 * MIB));
     let a_id = engine.container(&pool, "a", &[]);
     let b_id = engine.container(&pool, "b", &[]);
-    let a = engine.mount(&pool, &a_id, None, Rights::ReadWrite);
-    let b = engine.mount(&pool, &b_id, None, Rights::ReadWrite);
+    let a = engine.mount(&pool, &a_id, None, Rights::READ_WRITE);
+    let b = engine.mount(&pool, &b_id, None, Rights::READ_WRITE);
 
     let fa = a.create(ROOT_OID, "fa", 0o644, 0, 0).unwrap();
     let a_data = pattern(20 * MIB as usize, 5);
@@ -167,7 +167,7 @@ fn usage_survives_a_restart() {
     let engine = TestEngine::start(1);
     let pool = engine.pool("tank", 16 * MIB, 64 * MIB);
     let cont = engine.container(&pool, "vol", &[]);
-    let dfs = engine.mount(&pool, &cont, None, Rights::ReadWrite);
+    let dfs = engine.mount(&pool, &cont, None, Rights::READ_WRITE);
     let f = dfs.create(ROOT_OID, "f", 0o644, 0, 0).unwrap();
     let data = pattern(3 * MIB as usize + 17, 11);
     dfs.write(f.oid, 0, &data).unwrap();
@@ -175,6 +175,6 @@ fn usage_survives_a_restart() {
     drop(dfs);
     let engine = engine.restart();
     assert_eq!(pool_free(&engine, &pool).0, 64 * MIB - data.len() as u64);
-    let dfs = engine.mount(&pool, &cont, None, Rights::ReadWrite);
+    let dfs = engine.mount(&pool, &cont, None, Rights::READ_WRITE);
     assert_eq!(read_file(&dfs, "f"), data);
 }

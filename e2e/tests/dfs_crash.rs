@@ -31,7 +31,7 @@ fn crash_writer() {
     let engine = TestEngine::start_at(std::path::Path::new(&dir), 2);
     let pool = engine.pool("tank", 64 << 20, 1 << 30);
     let cont = engine.container(&pool, "vol", &[]);
-    let dfs = engine.mount(&pool, &cont, None, Rights::ReadWrite);
+    let dfs = engine.mount(&pool, &cont, None, Rights::READ_WRITE);
     let mut out = std::io::stdout().lock();
     writeln!(out, "pool {pool} cont {cont}").unwrap();
     out.flush().unwrap();
@@ -84,7 +84,7 @@ fn fsynced_data_survives_kill_9() {
     let synced = synced.expect("the writer synced something");
 
     let engine = TestEngine::start_at(scratch.path(), 2);
-    let dfs = engine.mount(&pool, &cont, None, Rights::ReadWrite);
+    let dfs = engine.mount(&pool, &cont, None, Rights::READ_WRITE);
     let log = dfs.lookup(ROOT_OID, "log").unwrap();
     assert!(
         log.size >= (synced + 1) * RECORD as u64,

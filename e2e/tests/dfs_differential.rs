@@ -17,7 +17,7 @@ fn run_suite(chunk_size: Option<u64>) {
         .into_iter()
         .collect();
     let cont = engine.container(&pool, "vol", &props);
-    let subject = engine.mount(&pool, &cont, None, Rights::ReadWrite);
+    let subject = engine.mount(&pool, &cont, None, Rights::READ_WRITE);
     assert_eq!(
         subject.mount_info().chunk_size,
         chunk_size.unwrap_or(1 << 20)

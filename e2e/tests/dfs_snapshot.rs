@@ -52,7 +52,7 @@ fn a_snapshot_keeps_the_old_data_and_a_clone_is_independent() {
     let engine = TestEngine::start(2);
     let pool = engine.pool("tank", 64 << 20, 1 << 30);
     let cont = engine.container(&pool, "vol", &[]);
-    let live = engine.mount(&pool, &cont, None, Rights::ReadWrite);
+    let live = engine.mount(&pool, &cont, None, Rights::READ_WRITE);
     let d = live.mkdir(ROOT_OID, "d", 0o755, 0, 0).unwrap();
     let f = live.create(d.oid, "f", 0o644, 0, 0).unwrap();
     let old = pattern(2 * MIB + 333, 1);
@@ -68,7 +68,7 @@ fn a_snapshot_keeps_the_old_data_and_a_clone_is_independent() {
     live.create(ROOT_OID, "new", 0o644, 0, 0).unwrap();
     let now = read_path(&live, "d/f");
 
-    let snap = engine.mount(&pool, &cont, Some(epoch), Rights::ReadWrite);
+    let snap = engine.mount(&pool, &cont, Some(epoch), Rights::READ_WRITE);
     assert!(snap.mount_info().read_only);
     assert_eq!(
         read_path(&snap, "d/f"),
@@ -87,7 +87,7 @@ fn a_snapshot_keeps_the_old_data_and_a_clone_is_independent() {
     assert_eq!(snap.open(sf.oid, true).unwrap_err().errno, Errno::ROFS);
 
     let clone_id = clone(&engine, &pool, &cont, epoch, "vol-copy");
-    let copy = engine.mount(&pool, &clone_id, None, Rights::ReadWrite);
+    let copy = engine.mount(&pool, &clone_id, None, Rights::READ_WRITE);
     assert!(!copy.mount_info().read_only);
     assert_eq!(
         read_path(&copy, "d/f"),
@@ -156,7 +156,7 @@ fn snapshots_and_containers_leave_no_files_behind() {
     let engine = TestEngine::start(2);
     let pool = engine.pool("tank", 64 << 20, 1 << 30);
     let cont = engine.container(&pool, "vol", &[]);
-    let live = engine.mount(&pool, &cont, None, Rights::ReadWrite);
+    let live = engine.mount(&pool, &cont, None, Rights::READ_WRITE);
     let f = live.create(ROOT_OID, "f", 0o644, 0, 0).unwrap();
     live.write(f.oid, 0, &pattern(3 * MIB, 2)).unwrap();
     let e1 = snapshot(&engine, &pool, &cont, "one");
@@ -201,10 +201,10 @@ fn read_only_connections_refuse_changes() {
     let engine = TestEngine::start(1);
     let pool = engine.pool("tank", 64 << 20, 1 << 30);
     let cont = engine.container(&pool, "vol", &[]);
-    let rw = engine.mount(&pool, &cont, None, Rights::ReadWrite);
+    let rw = engine.mount(&pool, &cont, None, Rights::READ_WRITE);
     let f = rw.create(ROOT_OID, "f", 0o644, 0, 0).unwrap();
     rw.write(f.oid, 0, b"data").unwrap();
-    let ro = engine.mount(&pool, &cont, None, Rights::ReadOnly);
+    let ro = engine.mount(&pool, &cont, None, Rights::READ_ONLY);
     assert!(ro.mount_info().read_only);
     assert_eq!(read_path(&ro, "f"), b"data");
     assert_eq!(ro.write(f.oid, 0, b"x").unwrap_err().errno, Errno::ROFS);

@@ -48,7 +48,7 @@ fn pool_not_found_and_plain_errors() {
         id: "tank".into(),
     }));
     assert!(
-        matches!(&e, DaosError::NotFound { message } if message.contains("tank")),
+        matches!(&e, DaosError::NotFound { message, der: None } if message.contains("tank")),
         "{e:?}"
     );
     let e = DaosError::from_status(&Status::from(EngineError::Store("disk gone".into())));

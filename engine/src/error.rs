@@ -85,12 +85,12 @@ impl From<crate::namespace::DfsError> for EngineError {
     fn from(e: crate::namespace::DfsError) -> Self {
         use crate::namespace::Errno;
         let code = match e.errno {
-            Errno::NoSpc => Der::NoSpace,
-            Errno::NoEnt | Errno::Stale => Der::Nonexist,
-            Errno::Exist => Der::Exist,
-            Errno::Inval | Errno::NameTooLong | Errno::Range | Errno::TooBig => Der::Inval,
-            Errno::RoFs | Errno::Perm => Der::NoPerm,
-            Errno::OpNotSupp | Errno::NoSys => Der::NotSupported,
+            Errno::NOSPC => Der::NoSpace,
+            Errno::NOENT | Errno::STALE => Der::Nonexist,
+            Errno::EXIST => Der::Exist,
+            Errno::INVAL | Errno::NAMETOOLONG | Errno::RANGE | Errno::TOOBIG => Der::Inval,
+            Errno::ROFS | Errno::PERM => Der::NoPerm,
+            Errno::OPNOTSUPP | Errno::NOSYS => Der::NotSupported,
             _ => Der::Io,
         };
         der(code, e.detail)
@@ -102,14 +102,14 @@ impl From<EngineError> for crate::namespace::DfsError {
     fn from(e: EngineError) -> Self {
         use crate::namespace::Errno;
         let errno = match &e {
-            EngineError::PoolNotFound { .. } => Errno::Stale,
+            EngineError::PoolNotFound { .. } => Errno::STALE,
             EngineError::Der {
                 der: Der::Nonexist, ..
-            } => Errno::Stale,
+            } => Errno::STALE,
             EngineError::Der {
                 der: Der::NoSpace, ..
-            } => Errno::NoSpc,
-            _ => Errno::Io,
+            } => Errno::NOSPC,
+            _ => Errno::IO,
         };
         crate::namespace::DfsError {
             errno,

@@ -2,12 +2,12 @@
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use dpufs_engine::dfs_service::fabric::FabricOptions;
+use dpufs_engine::dfs_service::fabric::{DataServer, FabricOptions};
 use dpufs_engine::server::{router, serve_tcp, serve_tls, serve_unix};
 use dpufs_engine::service::EngineServices;
 use dpufs_engine::{Engine, EngineConfig};
-use dpufs_fabric::session::RunningServer;
-use dpufs_fabric::soft::{DeviceOptions, SoftDevice};
+use dpufs_fabric::soft::DeviceOptions;
+use dpufs_fabric::{Provider, ProviderKind};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,6 +51,11 @@ struct Args {
     /// Handshake address of the fabric data service (port 0 picks one).
     #[arg(long, default_value = "127.0.0.1:0")]
     fabric_listen: SocketAddr,
+    /// The fabric provider of the data service: `soft` (the node's software RDMA device) or
+    /// `verbs` (the RDMA device $DPUFS_RDMA_DEVICE names, else the first; needs a build with
+    /// the `rdma` feature).
+    #[arg(long, default_value = "soft")]
+    fabric_provider: ProviderKind,
     /// Name of this node's software fabric device (its directory: $DPUFS_FABRIC_DIR or
     /// /dev/shm/dpufs-fabric).
     #[arg(long, default_value = "dpufs-engine")]
@@ -140,22 +145,22 @@ async fn start(cfg: EngineConfig, advertise: SocketAddr) -> anyhow::Result<Arc<E
 
 /// Starts the fabric data service when agent keys are given, and records its address in
 /// `fabric.addr` beside `engine.addr`.
-fn start_data(
-    engine: &Arc<Engine>,
-    args: &Args,
-) -> anyhow::Result<Option<RunningServer<SoftDevice>>> {
+fn start_data(engine: &Arc<Engine>, args: &Args) -> anyhow::Result<Option<Box<dyn DataServer>>> {
     if args.agent_keys.is_empty() {
         return Ok(None);
     }
     let opts = FabricOptions {
         listen: args.fabric_listen,
-        device: DeviceOptions::new(args.fabric_device.clone()),
+        provider: Provider::new(
+            args.fabric_provider,
+            DeviceOptions::new(args.fabric_device.clone()),
+        ),
         agent_keys: args.agent_keys.clone(),
         clock_skew: std::time::Duration::from_secs(args.capability_skew_secs),
     };
     let server = dpufs_engine::dfs_service::fabric::serve(engine.clone(), &opts)
         .context("starting the fabric data service")?;
-    let addr = server.server().local_addr();
+    let addr = server.local_addr();
     std::fs::write(
         engine.config().data_dir.join("fabric.addr"),
         addr.to_string(),
@@ -164,7 +169,7 @@ fn start_data(
     Ok(Some(server))
 }
 
-fn stop_data(data: Option<RunningServer<SoftDevice>>) {
+fn stop_data(data: Option<Box<dyn DataServer>>) {
     if let Some(server) = data
         && let Err(e) = server.shutdown()
     {

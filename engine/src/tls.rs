@@ -4,9 +4,9 @@
 //! RPC as [`PeerCn`] for the per-method allow-list in [`allowed`].
 
 use crate::service::PeerCn;
+use dpufs_proto::daos::tls::{CIPHER, MAX_CERT_MODE, check_mode, max_key_mode};
 use openssl::nid::Nid;
 use openssl::ssl::{AlpnError, SslAcceptor, SslFiletype, SslMethod, SslVerifyMode, SslVersion};
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,9 +17,6 @@ use tokio_openssl::SslStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 
-/// The one cipher suite DAOS accepts, in OpenSSL's naming.
-pub const DAOS_CIPHER: &str = "AES256-GCM-SHA384";
-
 /// Which certificate CNs may call which RPC (DAOS's `grpc_authorization.go`
 /// for the RPCs the engine serves; the engine's own services are admin-only).
 pub fn allowed(method: &str, cn: &str) -> bool {
@@ -29,16 +26,6 @@ pub fn allowed(method: &str, cn: &str) -> bool {
     }
 }
 
-fn check_mode(path: &Path, max: u32) -> anyhow::Result<()> {
-    let mode = std::fs::metadata(path)?.permissions().mode() & 0o777;
-    anyhow::ensure!(
-        mode & !max == 0,
-        "{} has mode {mode:o}; DAOS allows at most {max:o}",
-        path.display()
-    );
-    Ok(())
-}
-
 /// The acceptor from `DIR/daosCA.crt`, `DIR/server.crt`, `DIR/server.key`.
 pub fn acceptor(dir: &Path) -> anyhow::Result<SslAcceptor> {
     let (ca, cert, key) = (
@@ -46,12 +33,12 @@ pub fn acceptor(dir: &Path) -> anyhow::Result<SslAcceptor> {
         dir.join("server.crt"),
         dir.join("server.key"),
     );
-    check_mode(&key, 0o400)?;
-    check_mode(&cert, 0o664)?;
+    check_mode(&key, max_key_mode("server"))?;
+    check_mode(&cert, MAX_CERT_MODE)?;
     let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server())?;
     b.set_min_proto_version(Some(SslVersion::TLS1_2))?;
     b.set_max_proto_version(Some(SslVersion::TLS1_2))?;
-    b.set_cipher_list(DAOS_CIPHER)?;
+    b.set_cipher_list(CIPHER)?;
     b.set_ca_file(&ca)?;
     b.set_certificate_chain_file(&cert)?;
     b.set_private_key_file(&key, SslFiletype::PEM)?;

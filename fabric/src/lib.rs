@@ -49,6 +49,7 @@
 //! (rdma-isolation.md, "ibverbs crate facts").
 
 pub mod checks;
+mod choice;
 #[cfg(feature = "testing")]
 pub mod conformance;
 mod error;
@@ -61,6 +62,7 @@ pub mod soft;
 mod verbs;
 
 pub use checks::NicChecks;
+pub use choice::{Provider, ProviderKind, RDMA_DEVICE_ENV, UseDevice};
 pub use error::{DeregError, FabricError, Result};
 pub use keys::{KeyGen, MAX_TABLE_ENTRIES, inc_rkey, key_byte, key_index, make_key};
 pub use provider::{

@@ -91,6 +91,20 @@ pub trait MemoryRegion: Send + Sync + Debug {
     fn write_at(&self, offset: usize, data: &[u8]) -> Result<()>;
     /// Copies bytes of the region at `offset` into `out`.
     fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()>;
+    /// Lets `fill` write bytes `offset..offset + len` of the region in place: an owner that
+    /// produces the data (a server reading a file into its bounce slot) saves the copy
+    /// [`write_at`](Self::write_at) would make from a buffer of its own. Fails, without calling
+    /// `fill`, when the range is outside the region.
+    ///
+    /// # Safety
+    /// Nothing else may read or write that range — locally, through a posted work request, or
+    /// remotely through a key with rights over it — until `fill` returns.
+    unsafe fn fill_at(
+        &self,
+        offset: usize,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<()>;
 }
 
 /// A type-2 memory window.

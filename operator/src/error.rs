@@ -120,6 +120,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dpufs_proto::daos::der::Der;
 
     #[test]
     fn errors_map_to_condition_reasons() {
@@ -142,24 +143,28 @@ mod tests {
             (
                 Error::Daos(DaosError::NoSpace {
                     message: "DER_NOSPACE".into(),
+                    der: Some(Der::NoSpace),
                 }),
                 "DaosNoSpace",
             ),
             (
                 Error::Daos(DaosError::PermissionDenied {
                     message: "m".into(),
+                    der: None,
                 }),
                 "DaosPermissionDenied",
             ),
             (
                 Error::Daos(DaosError::Invalid {
                     message: "m".into(),
+                    der: None,
                 }),
                 "DaosInvalidRequest",
             ),
             (
                 Error::Daos(DaosError::Busy {
                     message: "m".into(),
+                    der: None,
                 }),
                 "DaosError",
             ),
@@ -185,6 +190,7 @@ mod tests {
         );
         let e = Error::Daos(DaosError::NoSpace {
             message: "DER_NOSPACE(-1007): No space on storage target".into(),
+            der: Some(Der::NoSpace),
         });
         assert!(
             e.to_string().contains("No space on storage target"),
@@ -223,6 +229,7 @@ mod tests {
             (
                 Error::Daos(DaosError::PermissionDenied {
                     message: "component mismatch".into(),
+                    der: None,
                 }),
                 "TlsRejected",
             ),
@@ -277,6 +284,7 @@ mod tests {
             (
                 Error::Daos(DaosError::Busy {
                     message: "m".into(),
+                    der: None,
                 }),
                 "DaosError",
             ),

@@ -602,7 +602,8 @@ async fn only_the_leader_reconciles(backend: Backend) {
     .await;
     assert!(count(&b) > 0, "b leads now");
     tb.abort();
-    assert_eq!(mgmt.list_pools().await.unwrap().len(), 1);
+    let pools = mgmt.list_pools().await.unwrap();
+    assert_eq!(pools.len(), 1, "one pool whoever led: {pools:#?}");
 }
 
 on_both!(leader_election_over_a_lease);

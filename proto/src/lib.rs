@@ -1,6 +1,7 @@
 //! Wire protocols of dpufs, generated from the `.proto` files beside this crate,
 //! plus the small vocabulary of constants both ends of the DAOS wire must agree
-//! on (DER codes, fault codes, ErrorInfo reasons, property numbers, label rules).
+//! on (DER codes, fault codes, ErrorInfo reasons, property numbers, label rules, DAOS's
+//! TLS rules) and the DFS vocabulary of the engine's data protocol (errno, limits, names).
 //!
 //! The engine and the clients depend on this crate and on nothing of each other:
 //! they meet only on these definitions, so the real DAOS can stand in for the
@@ -38,6 +39,7 @@ pub mod engine {
 }
 
 pub mod daos;
+pub mod dfs;
 
 /// Encoded `FileDescriptorSet` of every file above, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =

@@ -5,7 +5,7 @@
 use super::children::{Log, LogPart, spawn};
 use super::state::{KEEPER, KEEPER_PID, StateDir, terminate};
 use anyhow::{Context, bail};
-use dpufs_fabric::session::{AgentKey, Capability, Rights};
+use dpufs_daos::capability::{AgentKey, Capability, Rights};
 use dpufs_node_api::keeper::{self, VolumeStatus};
 use dpufs_node_api::{control, record::VolumeRecord};
 use std::net::SocketAddr;

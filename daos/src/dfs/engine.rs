@@ -19,10 +19,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Pieces of one large read or write in flight at once, by default.
 pub const DEFAULT_PIPELINE_DEPTH: usize = 4;
 
-/// Largest extended-attribute value the engine takes (the message limit leaves room for
-/// a little less than Linux's 64 KiB).
-pub const MAX_XATTR_VALUE: usize = 63 << 10;
-
 /// What the engine said about the container when it was mounted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountInfo {
@@ -124,10 +120,7 @@ impl EngineDfs {
     fn call(&self, op: Op, bulk: Bulk<'_>) -> DfsResult<Option<Res>> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let request = proto::DfsRequest { id, op: Some(op) }.encode_to_vec();
-        let reply = self
-            .transport
-            .call(&request, bulk)
-            .map_err(wire::transport_error)?;
+        let reply = self.transport.call(&request, bulk)?;
         let reply = proto::DfsReply::decode(reply.message.as_slice())
             .map_err(|e| wire::protocol_error(format!("undecodable reply: {e}")))?;
         if reply.id != id {

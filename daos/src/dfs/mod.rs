@@ -12,8 +12,6 @@
 //! compares every backend with. Layout, semantics and the allow-list of differences:
 //! `docs/dfs.md`.
 
-use std::fmt;
-
 #[cfg(feature = "testing")]
 pub mod conformance;
 mod engine;
@@ -21,9 +19,9 @@ pub mod fabric;
 mod local;
 mod transport;
 
-pub use engine::{DEFAULT_PIPELINE_DEPTH, EngineDfs, MAX_XATTR_VALUE, MountInfo};
+pub use engine::{DEFAULT_PIPELINE_DEPTH, EngineDfs, MountInfo};
 pub use local::LocalDfs;
-pub use transport::{Bulk, DfsTransport, TransportError, TransportReply};
+pub use transport::{Bulk, DfsTransport, TransportReply};
 
 /// Object id. Stable for the object's life and never reused while a kernel may hold it.
 pub type Oid = u64;
@@ -40,92 +38,10 @@ pub const S_IFREG: u32 = 0o100000;
 /// Symbolic link.
 pub const S_IFLNK: u32 = 0o120000;
 
-/// A Linux errno value. An open set: backends pass through what the system said.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Errno(pub i32);
-
-impl Errno {
-    pub const PERM: Errno = Errno(libc::EPERM);
-    pub const NOENT: Errno = Errno(libc::ENOENT);
-    pub const IO: Errno = Errno(libc::EIO);
-    pub const ACCES: Errno = Errno(libc::EACCES);
-    pub const EXIST: Errno = Errno(libc::EEXIST);
-    pub const XDEV: Errno = Errno(libc::EXDEV);
-    pub const NOTDIR: Errno = Errno(libc::ENOTDIR);
-    pub const ISDIR: Errno = Errno(libc::EISDIR);
-    pub const INVAL: Errno = Errno(libc::EINVAL);
-    pub const FBIG: Errno = Errno(libc::EFBIG);
-    pub const NOSPC: Errno = Errno(libc::ENOSPC);
-    pub const ROFS: Errno = Errno(libc::EROFS);
-    pub const RANGE: Errno = Errno(libc::ERANGE);
-    pub const NAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
-    pub const NOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
-    pub const NODATA: Errno = Errno(libc::ENODATA);
-    pub const STALE: Errno = Errno(libc::ESTALE);
-    pub const TIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
-    pub const DQUOT: Errno = Errno(libc::EDQUOT);
-}
-
-impl fmt::Debug for Errno {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} ({})",
-            std::io::Error::from_raw_os_error(self.0),
-            self.0
-        )
-    }
-}
-
-/// A failed DFS call: the errno a POSIX caller sees, and why (for logs).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{errno:?}: {detail}")]
-pub struct DfsError {
-    /// What the caller sees.
-    pub errno: Errno,
-    /// Why.
-    pub detail: String,
-}
-
-impl DfsError {
-    /// An error with `errno` and a reason.
-    pub fn new(errno: Errno, detail: impl Into<String>) -> DfsError {
-        DfsError {
-            errno,
-            detail: detail.into(),
-        }
-    }
-}
-
-impl From<std::io::Error> for DfsError {
-    fn from(e: std::io::Error) -> DfsError {
-        DfsError::new(Errno(e.raw_os_error().unwrap_or(libc::EIO)), e.to_string())
-    }
-}
-
-/// Result of a DFS call.
-pub type DfsResult<T> = Result<T, DfsError>;
-
-/// Longest entry name in bytes (NAME_MAX).
-pub const NAME_MAX: usize = 255;
-
-/// Checks an entry name the way every backend does: a single path component (not empty, `.`,
-/// `..`, no `/` or NUL: EINVAL) of at most [`NAME_MAX`] bytes (ENAMETOOLONG).
-pub fn check_name(name: &str) -> DfsResult<()> {
-    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
-        return Err(DfsError::new(
-            Errno::INVAL,
-            format!("invalid entry name {name:?}"),
-        ));
-    }
-    if name.len() > NAME_MAX {
-        return Err(DfsError::new(
-            Errno::NAMETOOLONG,
-            format!("entry name of {} bytes", name.len()),
-        ));
-    }
-    Ok(())
-}
+pub use dpufs_proto::dfs::{
+    DfsError, DfsResult, Errno, MAX_IO, NAME_MAX, READDIR_BATCH, SYMLINK_MAX, XATTR_LIST_MAX,
+    XATTR_VALUE_MAX, check_name,
+};
 
 /// A point in time: seconds and nanoseconds since the Unix epoch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -1,6 +1,7 @@
 //! The seam between [`super::EngineDfs`] and whatever carries its messages: the fabric's
 //! tenant session in production, a direct call into the engine's data service in tests.
 
+use super::DfsResult;
 use std::fmt;
 
 /// The request's payload buffer, which the engine reaches by RMA (a scoped rkey over it):
@@ -16,23 +17,14 @@ pub struct TransportReply {
     pub bulk_bytes: usize,
 }
 
-/// Why a request got no reply.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TransportError {
-    /// No reply in time (the caller sees ETIMEDOUT).
-    #[error("timed out: {0}")]
-    TimedOut(String),
-    /// The connection failed (the caller sees EIO).
-    #[error("transport failed: {0}")]
-    Failed(String),
-}
-
 /// Carries `DfsRequest` messages to one container's data service and their replies back.
 /// Called from many threads at once; each call is one request in flight.
 pub trait DfsTransport: Send + Sync {
     /// Sends an encoded `DfsRequest` (at most 64 KiB) with its payload buffer, and waits
-    /// for the reply.
-    fn call(&self, request: &[u8], bulk: Bulk<'_>) -> Result<TransportReply, TransportError>;
+    /// for the reply. A request that got no reply fails with the errno its caller sees:
+    /// ETIMEDOUT when none came in time, EACCES when the server refused the capability, EIO
+    /// when the connection broke.
+    fn call(&self, request: &[u8], bulk: Bulk<'_>) -> DfsResult<TransportReply>;
 }
 
 impl fmt::Debug for dyn DfsTransport {

@@ -3,9 +3,9 @@
 //! the worker's own tenant session on the fabric with a capability the node agent signed).
 
 use anyhow::{Context, Result, bail};
-use dpufs_daos::dfs::{Dfs, LocalDfs, Oid, fabric};
-use dpufs_fabric::session::{SessionConfig, SignedCapability, TenantSession, unix_now};
-use dpufs_fabric::soft::{DeviceOptions, SoftDevice};
+use dpufs_daos::capability::{SignedCapability, unix_now};
+use dpufs_daos::dfs::fabric::{EngineClient, Provider};
+use dpufs_daos::dfs::{Dfs, LocalDfs, Oid};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -60,8 +60,8 @@ pub struct FabricOptions {
     /// renews short-lived capabilities by rewriting it, and the next reconnect presents
     /// the new one.
     pub capability: Option<PathBuf>,
-    /// The software device this worker opens (its own context, PD and QPs on it).
-    pub device: DeviceOptions,
+    /// The provider whose device this worker opens (its own context, PD and QPs on it).
+    pub provider: Provider,
 }
 
 /// Releases what a backend holds for an object the kernel has forgotten.
@@ -110,16 +110,15 @@ fn open_engine(addr: SocketAddr, opts: &FabricOptions) -> Result<Backend> {
         .as_deref()
         .context("an engine: backend needs --capability <file> (signed by the node agent)")?;
     let (capability, mut seen) = read_capability(path)?;
-    let device = SoftDevice::open(&opts.device).with_context(|| {
+    let client = EngineClient::open(&opts.provider, addr).with_context(|| {
         format!(
-            "open fabric device {:?} in {}",
-            opts.device.name,
-            opts.device.dir.display()
+            "open a tenant session on the {} fabric provider ({:?})",
+            opts.provider.kind(),
+            opts.provider
         )
     })?;
-    let session =
-        TenantSession::open(device, SessionConfig::default()).context("open the tenant session")?;
-    let dfs = fabric::mount(&session, addr, capability.clone())
+    let dfs = client
+        .mount(capability.clone())
         .with_context(|| format!("mount the capability's container at engine {addr}"))?;
     let path = path.to_path_buf();
     // The session lives as long as the process; this thread owns it and renews.
@@ -131,7 +130,7 @@ fn open_engine(addr: SocketAddr, opts: &FabricOptions) -> Result<Backend> {
                 match changed_capability(&path, seen) {
                     Ok(Some((cap, when))) => {
                         seen = when;
-                        match session.connect(addr, cap) {
+                        match client.renew(cap) {
                             Ok(_) => tracing::info!("capability renewed from {}", path.display()),
                             Err(e) => tracing::warn!("capability renewal: {e}"),
                         }
@@ -196,7 +195,8 @@ fn load_capability(path: &Path) -> Result<SignedCapability> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dpufs_fabric::session::{AgentKey, Capability, Rights};
+    use dpufs_daos::capability::{AgentKey, Capability, Rights};
+    use dpufs_daos::dfs::fabric::DeviceOptions;
 
     #[test]
     fn parses_and_prints_specs() {
@@ -245,7 +245,7 @@ mod tests {
     fn engine_backend_needs_a_capability() {
         let opts = FabricOptions {
             capability: None,
-            device: DeviceOptions::new("unused"),
+            provider: Provider::Soft(DeviceOptions::new("unused")),
         };
         let err = open_backend(&"engine:127.0.0.1:1".parse().unwrap(), &opts).unwrap_err();
         assert!(format!("{err:#}").contains("--capability"), "{err:#}");

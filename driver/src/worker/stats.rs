@@ -2,6 +2,7 @@
 //! bytes moved, and errors by errno. Lock-free (relaxed atomics): a snapshot is consistent
 //! per counter, not across counters.
 
+use dpufs_daos::dfs::Errno;
 use dpufs_node_api::control::{OpStats as OpReport, WorkerStats};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -234,7 +235,7 @@ impl Stats {
                 let name = if e == ERRNOS - 1 {
                     "other".to_string()
                 } else {
-                    errno_name(e as i32)
+                    Errno(e as i32).name()
                 };
                 errors.insert(name, n);
             }
@@ -249,49 +250,6 @@ impl Stats {
             ops,
         }
     }
-}
-
-/// The symbolic name of an errno (`ENOENT`), or `errno_N` for one not in the table.
-pub fn errno_name(e: i32) -> String {
-    let name = match e {
-        libc::EPERM => "EPERM",
-        libc::ENOENT => "ENOENT",
-        libc::EINTR => "EINTR",
-        libc::EIO => "EIO",
-        libc::EBADF => "EBADF",
-        libc::EAGAIN => "EAGAIN",
-        libc::ENOMEM => "ENOMEM",
-        libc::EACCES => "EACCES",
-        libc::EBUSY => "EBUSY",
-        libc::EEXIST => "EEXIST",
-        libc::EXDEV => "EXDEV",
-        libc::ENOTDIR => "ENOTDIR",
-        libc::EISDIR => "EISDIR",
-        libc::EINVAL => "EINVAL",
-        libc::EMFILE => "EMFILE",
-        libc::ENOTTY => "ENOTTY",
-        libc::EFBIG => "EFBIG",
-        libc::ENOSPC => "ENOSPC",
-        libc::EROFS => "EROFS",
-        libc::ERANGE => "ERANGE",
-        libc::ENAMETOOLONG => "ENAMETOOLONG",
-        libc::ENOSYS => "ENOSYS",
-        libc::ENOTEMPTY => "ENOTEMPTY",
-        libc::ELOOP => "ELOOP",
-        libc::ENODATA => "ENODATA",
-        libc::EOVERFLOW => "EOVERFLOW",
-        libc::EILSEQ => "EILSEQ",
-        libc::EOPNOTSUPP => "EOPNOTSUPP",
-        libc::ECONNABORTED => "ECONNABORTED",
-        libc::ENOTCONN => "ENOTCONN",
-        libc::ENXIO => "ENXIO",
-        libc::ESPIPE => "ESPIPE",
-        libc::ETIMEDOUT => "ETIMEDOUT",
-        libc::ESTALE => "ESTALE",
-        libc::EDQUOT => "EDQUOT",
-        _ => return format!("errno_{e}"),
-    };
-    name.to_string()
 }
 
 #[cfg(test)]

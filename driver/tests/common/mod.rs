@@ -340,7 +340,7 @@ impl Drop for KeeperMount {
 
 /// The errno of an I/O error, as a name.
 pub fn errno_of(e: &std::io::Error) -> String {
-    dpufs_csi::worker::stats::errno_name(e.raw_os_error().unwrap_or(-1))
+    dpufs_daos::dfs::Errno(e.raw_os_error().unwrap_or(-1)).name()
 }
 
 /// A tmpfs of the given size (`"1m"`), unmounted on drop.

@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use dpufs_daos::dfs::{Bulk, DfsTransport, EngineDfs, TransportError, TransportReply};
+use dpufs_daos::dfs::{Bulk, DfsResult, DfsTransport, EngineDfs, TransportReply};
 use dpufs_engine::dfs_service::{BulkIo, ConnectionContext, DataService, NoBulk, Rights};
 use dpufs_engine::{Engine, EngineConfig};
 use dpufs_proto::engine::v1 as eng;
@@ -68,7 +68,7 @@ pub struct InProcess {
 }
 
 impl DfsTransport for InProcess {
-    fn call(&self, request: &[u8], bulk: Bulk<'_>) -> Result<TransportReply, TransportError> {
+    fn call(&self, request: &[u8], bulk: Bulk<'_>) -> DfsResult<TransportReply> {
         let (message, bulk_bytes) = match bulk {
             Bulk::None => (self.service.handle(&self.ctx, request, &mut NoBulk), 0),
             Bulk::ToServer(data) => {

@@ -49,7 +49,7 @@ impl SpaceBudget for PoolBudget {
         let mut used = self.used.lock().expect("budget");
         if used.saturating_add(bytes) > self.capacity {
             return Err(DfsError {
-                errno: Errno::NoSpc,
+                errno: Errno::NOSPC,
                 detail: format!(
                     "pool full: {} of {} bytes used, {bytes} more asked",
                     *used, self.capacity

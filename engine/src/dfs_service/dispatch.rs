@@ -2,8 +2,9 @@
 //! namespace call its operation names.
 
 use super::wire::{self, attr};
-use super::{BulkIo, ConnectionContext, MAX_IO, MAX_READDIR_ENTRIES, Volumes};
+use super::{BulkIo, ConnectionContext, MAX_IO, READDIR_BATCH, Volumes};
 use crate::namespace::{DfsError, DfsResult, Errno, IoBuf, Namespace, ROOT, XattrSet};
+use dpufs_proto::dfs::XATTR_LIST_MAX;
 use dpufs_proto::engine::v1::{self as proto, dfs_reply::Result as Res, dfs_request::Op};
 use std::cell::RefCell;
 
@@ -11,17 +12,6 @@ use std::cell::RefCell;
 /// ([`Namespace::write_behind`]): the client's next request then overlaps the disk's work.
 /// Smaller ones cost less than the hand-off.
 const WRITE_BEHIND_MIN: usize = 64 << 10;
-
-/// Most bytes of attribute names listed at once (Linux's XATTR_LIST_MAX is 64 KiB; the
-/// reply must stay below the message limit).
-const MAX_XATTR_LIST: usize = 60 << 10;
-
-fn fail(errno: Errno, detail: impl Into<String>) -> DfsError {
-    DfsError {
-        errno,
-        detail: detail.into(),
-    }
-}
 
 /// Whether an operation changes the namespace.
 fn changes(op: &Op) -> bool {
@@ -70,14 +60,14 @@ fn with_buffer<T>(len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
 fn io_len(len: u32, bulk: &dyn BulkIo) -> DfsResult<usize> {
     let len = len as usize;
     if len > MAX_IO {
-        return Err(fail(
-            Errno::Inval,
+        return Err(DfsError::new(
+            Errno::INVAL,
             format!("{len} bytes exceed max_io {MAX_IO}"),
         ));
     }
     if len > bulk.len() {
-        return Err(fail(
-            Errno::Inval,
+        return Err(DfsError::new(
+            Errno::INVAL,
             format!(
                 "{len} bytes do not fit the request's {}-byte buffer",
                 bulk.len()
@@ -88,7 +78,7 @@ fn io_len(len: u32, bulk: &dyn BulkIo) -> DfsResult<usize> {
 }
 
 fn bulk_failed(e: std::io::Error) -> DfsError {
-    fail(Errno::Io, format!("bulk transfer failed: {e}"))
+    DfsError::new(Errno::IO, format!("bulk transfer failed: {e}"))
 }
 
 /// Runs one operation; `None` is a success without a result.
@@ -100,14 +90,17 @@ pub fn run(
 ) -> DfsResult<Option<Res>> {
     let op = req
         .op
-        .ok_or_else(|| fail(Errno::NoSys, "unknown or missing operation"))?;
+        .ok_or_else(|| DfsError::new(Errno::NOSYS, "unknown or missing operation"))?;
     if ctx.read_only() && changes(&op) {
         let why = if ctx.snapshot.is_some() {
             "a snapshot"
         } else {
             "a read-only connection"
         };
-        return Err(fail(Errno::RoFs, format!("{why} cannot change anything")));
+        return Err(DfsError::new(
+            Errno::ROFS,
+            format!("{why} cannot change anything"),
+        ));
     }
     let ns = volumes.volume(&ctx.key())?;
     let res = match op {
@@ -122,8 +115,8 @@ pub fn run(
         Op::Setattr(s) => Res::Attr(attr(&ns.setattr(s.oid, wire::set_attr(&s))?)),
         Op::Readdir(r) => {
             let max = match r.max as usize {
-                0 => MAX_READDIR_ENTRIES,
-                n => n.min(MAX_READDIR_ENTRIES),
+                0 => READDIR_BATCH,
+                n => n.min(READDIR_BATCH),
             };
             let page = ns.readdir(r.dir, r.cookie, max)?;
             Res::Entries(proto::DirEntries {
@@ -146,15 +139,15 @@ pub fn run(
         Op::Open(o) => Res::Attr(attr(&ns.open_object(o.oid, o.write)?)),
         Op::Read(r) => {
             let len = io_len(r.len, bulk)?;
-            let n = with_buffer(len, |buf| -> DfsResult<usize> {
-                let n = ns.read(r.oid, r.offset, buf)?;
-                // Nothing to move (end of file, empty read): a zero-byte call has no lease.
-                if n > 0 {
-                    bulk.push(0, &buf[..n]).map_err(bulk_failed)?;
-                }
-                Ok(n)
-            })?;
-            Res::Bytes(n as u32)
+            // Read straight into the transfer's memory; nothing read (end of file, an empty
+            // read, an error) moves nothing.
+            let mut read = Ok(0);
+            let mut produce = |buf: &mut [u8]| {
+                read = ns.read(r.oid, r.offset, buf);
+                *read.as_ref().unwrap_or(&0)
+            };
+            bulk.push_from(0, len, &mut produce).map_err(bulk_failed)?;
+            Res::Bytes(read? as u32)
         }
         Op::Write(w) if w.len as usize >= WRITE_BEHIND_MIN => {
             let len = io_len(w.len, bulk)?;
@@ -192,7 +185,10 @@ pub fn run(
                 (true, false) => XattrSet::Create,
                 (false, true) => XattrSet::Replace,
                 (true, true) => {
-                    return Err(fail(Errno::Inval, "both XATTR_CREATE and XATTR_REPLACE"));
+                    return Err(DfsError::new(
+                        Errno::INVAL,
+                        "both XATTR_CREATE and XATTR_REPLACE",
+                    ));
                 }
             };
             ns.setxattr(s.oid, &s.name, &s.value, how)?;
@@ -201,8 +197,11 @@ pub fn run(
         Op::Getxattr(g) => Res::Value(ns.getxattr(g.oid, &g.name)?),
         Op::Listxattr(l) => {
             let names = ns.listxattr(l.oid)?;
-            if names.iter().map(|n| n.len() + 1).sum::<usize>() > MAX_XATTR_LIST {
-                return Err(fail(Errno::TooBig, "attribute names exceed the list limit"));
+            if names.iter().map(|n| n.len() + 1).sum::<usize>() > XATTR_LIST_MAX {
+                return Err(DfsError::new(
+                    Errno::TOOBIG,
+                    "attribute names exceed the list limit",
+                ));
             }
             Res::Xattrs(proto::XattrNames { names })
         }
@@ -222,7 +221,7 @@ fn statfs(
 ) -> DfsResult<proto::DfsStatFs> {
     let budget = volumes
         .budget_of(&ctx.pool)
-        .ok_or_else(|| fail(Errno::Stale, "the pool of this connection is gone"))?;
+        .ok_or_else(|| DfsError::new(Errno::STALE, "the pool of this connection is gone"))?;
     let pool_free = budget.capacity().saturating_sub(budget.used());
     let quota = ns.quota();
     let total = quota.map_or(budget.capacity(), |q| q.min(budget.capacity()));

@@ -6,13 +6,13 @@
 //! [`ConnectionContext`] (pool, container, rights) and lets the service touch client memory only
 //! through the request's own scoped rkey ([`BulkAccess`]).
 
-use super::{BulkIo, ConnectionContext, DataService, MAX_IO, Rights};
+use super::{BulkIo, ConnectionContext, DataService, MAX_IO};
 use crate::engine::Engine;
 use dpufs_fabric::session::{
     AgentPublicKey, BulkAccess, Capability, Request, RunningServer, ServerConfig, SessionError,
     SessionServer, TrustedAgents,
 };
-use dpufs_fabric::soft::{DeviceOptions, SoftDevice};
+use dpufs_fabric::{Provider, RdmaDevice, UseDevice};
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,8 +23,8 @@ use std::sync::Arc;
 pub struct FabricOptions {
     /// Handshake listener of the session server.
     pub listen: SocketAddr,
-    /// The software device of this node (its QPs listen on `device.listen`).
-    pub device: DeviceOptions,
+    /// The provider whose device the service's QPs use (`--fabric-provider`).
+    pub provider: Provider,
     /// PEM files of the node agents' public keys whose capabilities are honoured.
     pub agent_keys: Vec<PathBuf>,
     /// Clock skew between agents and this engine tolerated when checking expiry.
@@ -42,11 +42,29 @@ pub enum FabricStartError {
     Session(#[from] SessionError),
 }
 
+/// A running data service, whatever its device.
+pub trait DataServer {
+    /// The handshake address it listens on.
+    fn local_addr(&self) -> SocketAddr;
+    /// Stops it: no new connections, in-flight requests answered.
+    fn shutdown(self: Box<Self>) -> Result<(), SessionError>;
+}
+
+impl<D: RdmaDevice> DataServer for RunningServer<D> {
+    fn local_addr(&self) -> SocketAddr {
+        self.server().local_addr()
+    }
+
+    fn shutdown(self: Box<Self>) -> Result<(), SessionError> {
+        RunningServer::shutdown(*self)
+    }
+}
+
 /// Starts serving DFS over the fabric; the server runs until the handle is shut down.
 pub fn serve(
     engine: Arc<Engine>,
     opts: &FabricOptions,
-) -> Result<RunningServer<SoftDevice>, FabricStartError> {
+) -> Result<Box<dyn DataServer>, FabricStartError> {
     let mut trusted = TrustedAgents::new();
     for path in &opts.agent_keys {
         let key_error = |detail: String| FabricStartError::AgentKey {
@@ -56,19 +74,39 @@ pub fn serve(
         let pem = std::fs::read(path).map_err(|e| key_error(e.to_string()))?;
         trusted.add(AgentPublicKey::from_pem(&pem).map_err(|e| key_error(e.to_string()))?);
     }
-    let device = SoftDevice::open(&opts.device)?;
-    let service = DataService::new(engine);
-    let handler = move |req: &Request<'_>, bulk: &mut BulkAccess<'_>, reply: &mut Vec<u8>| {
-        let ctx = context(req.claims);
-        reply.extend_from_slice(&service.handle(&ctx, req.message, &mut SessionBulk(bulk)));
+    let bind = Bind {
+        listen: opts.listen,
+        trusted,
+        service: DataService::new(engine),
+        config: ServerConfig {
+            max_bulk: MAX_IO,
+            clock_skew: opts.clock_skew,
+            ..ServerConfig::default()
+        },
     };
-    let config = ServerConfig {
-        max_bulk: MAX_IO,
-        clock_skew: opts.clock_skew,
-        ..ServerConfig::default()
-    };
-    let server = SessionServer::bind(device, opts.listen, trusted, handler, config)?;
-    Ok(server.spawn()?)
+    Ok(opts.provider.open(bind)??)
+}
+
+/// Binds the session server on the device the provider opened.
+struct Bind {
+    listen: SocketAddr,
+    trusted: TrustedAgents,
+    service: DataService,
+    config: ServerConfig,
+}
+
+impl UseDevice for Bind {
+    type Output = Result<Box<dyn DataServer>, SessionError>;
+
+    fn use_device<D: RdmaDevice>(self, device: D) -> Self::Output {
+        let service = self.service;
+        let handler = move |req: &Request<'_>, bulk: &mut BulkAccess<'_>, reply: &mut Vec<u8>| {
+            let ctx = context(req.claims);
+            reply.extend_from_slice(&service.handle(&ctx, req.message, &mut SessionBulk(bulk)));
+        };
+        let server = SessionServer::bind(device, self.listen, self.trusted, handler, self.config)?;
+        Ok(Box::new(server.spawn()?))
+    }
 }
 
 /// The connection's context from its verified capability.
@@ -77,11 +115,7 @@ fn context(claims: &Capability) -> ConnectionContext {
         pool: claims.pool.clone(),
         container: claims.container.clone(),
         snapshot: None,
-        rights: if claims.rights.write {
-            Rights::ReadWrite
-        } else {
-            Rights::ReadOnly
-        },
+        rights: claims.rights,
     }
 }
 
@@ -103,5 +137,14 @@ impl BulkIo for SessionBulk<'_, '_> {
 
     fn push(&mut self, offset: usize, data: &[u8]) -> io::Result<()> {
         self.0.push(offset, data).map_err(io_error)
+    }
+
+    fn push_from(
+        &mut self,
+        offset: usize,
+        len: usize,
+        produce: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> io::Result<usize> {
+        self.0.push_with(offset, len, produce).map_err(io_error)
     }
 }

@@ -22,17 +22,13 @@ pub use volumes::{DEFAULT_CHUNK_SIZE, VolumeKey, Volumes, chunk_size_of, quota_o
 
 use crate::engine::Engine;
 use crate::namespace::{DfsError, Errno};
+pub use dpufs_fabric::session::Rights;
 use dpufs_proto::engine::v1::{DfsReply, DfsRequest};
 use prost::Message;
 use std::io;
 use std::sync::Arc;
 
-/// Largest Read or Write the service accepts (`MountInfo.max_io`).
-pub const MAX_IO: usize = 1 << 20;
-
-/// Most entries in one ReadDir reply: 200 names of 255 bytes and their fields stay below
-/// the 64 KiB message limit.
-pub const MAX_READDIR_ENTRIES: usize = 200;
+pub use dpufs_proto::dfs::{MAX_IO, READDIR_BATCH};
 
 /// The client's buffer a Read or Write moves data through: a scoped rkey over the client's
 /// registered memory, or a plain buffer in tests.
@@ -49,6 +45,24 @@ pub trait BulkIo {
     /// Copies `data` to `offset` of the client's buffer (RDMA WRITE into its read-landing
     /// buffer).
     fn push(&mut self, offset: usize, data: &[u8]) -> io::Result<()>;
+    /// Pushes to `offset` what `produce` writes into a buffer of up to `len` bytes (it returns
+    /// how many it wrote; it is called once, unless the transfer is refused first), and returns
+    /// that count. The fabric hands `produce` its registered
+    /// bounce memory, so a read goes from the disk to the client with no copy in between;
+    /// by default the data goes through a buffer of its own.
+    fn push_from(
+        &mut self,
+        offset: usize,
+        len: usize,
+        produce: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> io::Result<usize> {
+        let mut buf = vec![0; len];
+        let n = produce(&mut buf).min(len);
+        if n > 0 {
+            self.push(offset, &buf[..n])?;
+        }
+        Ok(n)
+    }
 }
 
 /// No buffer: for requests without data.
@@ -73,13 +87,6 @@ impl BulkIo for NoBulk {
     }
 }
 
-/// What a connection may do, from its verified capability.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rights {
-    ReadOnly,
-    ReadWrite,
-}
-
 /// The connection a request came on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionContext {
@@ -89,6 +96,7 @@ pub struct ConnectionContext {
     pub container: String,
     /// The snapshot (by epoch) the connection serves, read-only; None for the container.
     pub snapshot: Option<u64>,
+    /// What the connection may do, from its verified capability.
     pub rights: Rights,
 }
 
@@ -103,7 +111,7 @@ impl ConnectionContext {
 
     /// Whether changes are refused (EROFS).
     pub fn read_only(&self) -> bool {
-        self.snapshot.is_some() || self.rights == Rights::ReadOnly
+        self.snapshot.is_some() || !self.rights.write
     }
 }
 
@@ -134,7 +142,7 @@ impl DataService {
             Err(e) => wire::failure(
                 0,
                 DfsError {
-                    errno: Errno::Proto,
+                    errno: Errno::PROTO,
                     detail: format!("undecodable request: {e}"),
                 },
             ),
@@ -158,7 +166,7 @@ impl DataService {
                 result,
             },
             Err(e) => {
-                tracing::debug!(id, errno = e.errno as i32, detail = %e.detail, "dfs request failed");
+                tracing::debug!(id, errno = e.errno.0, detail = %e.detail, "dfs request failed");
                 wire::failure(id, e)
             }
         }

@@ -136,7 +136,7 @@ impl Volumes {
             Ok(pool.zip(cont))
         });
         let gone = |what: &str| DfsError {
-            errno: Errno::Stale,
+            errno: Errno::STALE,
             detail: format!("{what} of this connection no longer exists"),
         };
         let (pool, cont) = found
@@ -182,7 +182,7 @@ impl Volumes {
         if snapshot.is_some() && !cfg.meta_path.exists() {
             // Never create an empty namespace in a snapshot's place.
             return Err(DfsError {
-                errno: Errno::Stale,
+                errno: Errno::STALE,
                 detail: format!("snapshot {snapshot:?} of {} has no namespace", cont.uuid),
             });
         }

@@ -80,7 +80,7 @@ pub fn failure(id: u64, e: DfsError) -> proto::DfsReply {
     }
     proto::DfsReply {
         id,
-        errno: e.errno as i32,
+        errno: e.errno.0,
         detail,
         result: None,
     }

@@ -1,58 +1,42 @@
-//! How namespace operations fail: the POSIX errno a DFS client sees, and why.
+//! How namespace operations fail: the errno a DFS client sees (the vocabulary both ends share,
+//! `dpufs_proto::dfs`), and how the engine's own storage failures become one.
 
-/// POSIX error numbers DFS operations fail with (Linux values).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(i32)]
-pub enum Errno {
-    Perm = 1,
-    NoEnt = 2,
-    Io = 5,
-    TooBig = 7,
-    Exist = 17,
-    XDev = 18,
-    NotDir = 20,
-    IsDir = 21,
-    Inval = 22,
-    FBig = 27,
-    NoSpc = 28,
-    RoFs = 30,
-    Range = 34,
-    NameTooLong = 36,
-    NotEmpty = 39,
-    Loop = 40,
-    NoData = 61,
-    NoSys = 38,
-    Proto = 71,
-    OpNotSupp = 95,
-    /// The object no longer exists (its oid was valid once).
-    Stale = 116,
-}
-
-/// A failed DFS operation: the errno the caller sees, and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{errno:?} ({}): {detail}", *errno as i32)]
-pub struct DfsError {
-    pub errno: Errno,
-    pub detail: String,
-}
-
-pub type DfsResult<T> = Result<T, DfsError>;
+pub use dpufs_proto::dfs::{DfsError, DfsResult, Errno};
 
 pub(crate) fn err(errno: Errno, detail: impl Into<String>) -> DfsError {
-    DfsError {
-        errno,
-        detail: detail.into(),
+    DfsError::new(errno, detail)
+}
+
+/// A failure of the engine's own storage (metadata database, chunk files) as a client sees it:
+/// ENOSPC when the disk or its quota is full, EIO otherwise. The disk's own errno (a missing
+/// chunk file's ENOENT, say) means nothing about the client's file and is never passed on.
+pub(crate) trait StorageResult<T> {
+    /// The result with a storage error mapped as above.
+    fn storage(self) -> DfsResult<T>;
+}
+
+impl<T> StorageResult<T> for std::io::Result<T> {
+    fn storage(self) -> DfsResult<T> {
+        self.map_err(|e| match e.kind() {
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+                err(Errno::NOSPC, e.to_string())
+            }
+            _ => err(Errno::IO, e.to_string()),
+        })
     }
 }
 
-macro_rules! io_errors {
+/// The metadata database's errors: all of them are EIO to a client.
+macro_rules! database_errors {
     ($($t:ty),*) => {$(
-        impl From<$t> for DfsError {
-            fn from(e: $t) -> Self { err(Errno::Io, e.to_string()) }
+        impl<T> StorageResult<T> for Result<T, $t> {
+            fn storage(self) -> DfsResult<T> {
+                self.map_err(|e| err(Errno::IO, e.to_string()))
+            }
         }
     )*};
 }
-io_errors!(
+database_errors!(
     redb::Error,
     redb::TransactionError,
     redb::TableError,
@@ -62,13 +46,15 @@ io_errors!(
     redb::SetDurabilityError
 );
 
-impl From<std::io::Error> for DfsError {
-    fn from(e: std::io::Error) -> Self {
-        match e.kind() {
-            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
-                err(Errno::NoSpc, e.to_string())
-            }
-            _ => err(Errno::Io, e.to_string()),
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_errors_are_eio_or_enospc() {
+        let full: std::io::Result<()> = Err(std::io::Error::from_raw_os_error(Errno::NOSPC.0));
+        assert_eq!(full.storage().unwrap_err().errno, Errno::NOSPC);
+        let missing: std::io::Result<()> = Err(std::io::Error::from_raw_os_error(Errno::NOENT.0));
+        assert_eq!(missing.storage().unwrap_err().errno, Errno::IO);
     }
 }

@@ -32,6 +32,7 @@ pub use inode::{Inode, Oid, ROOT, Time};
 pub use iobuf::IoBuf;
 pub use meta::{DirEntry, DirPage, NAME_MAX, SYMLINK_MAX, XATTR_VALUE_MAX, XattrSet, name_hash};
 
+use crate::namespace::error::StorageResult;
 use chunks::{ChunkStore, ChunkWrite, Spares, check_end};
 use error::err;
 use inode::S_IFMT;
@@ -82,7 +83,7 @@ impl Namespace {
     pub fn open(disk: Arc<dyn Disk>, cfg: NamespaceConfig) -> DfsResult<Namespace> {
         if cfg.chunk_dirs.is_empty() || cfg.chunk_size == 0 {
             return Err(err(
-                Errno::Inval,
+                Errno::INVAL,
                 "a namespace needs chunk directories and a chunk size",
             ));
         }
@@ -91,7 +92,7 @@ impl Namespace {
         let spares = if cfg.read_only {
             Spares::default()
         } else {
-            Spares::adopt(&*disk, &cfg.chunk_dirs)?
+            Spares::adopt(&*disk, &cfg.chunk_dirs).storage()?
         };
         let chunk_size = meta.init(cfg.chunk_size)?;
         let chunks = ChunkStore::new(
@@ -137,8 +138,8 @@ impl Namespace {
     pub fn open_object(&self, oid: Oid, write: bool) -> DfsResult<Inode> {
         let ino = self.getattr(oid)?;
         match ino.mode & S_IFMT {
-            inode::S_IFLNK => Err(err(Errno::Loop, "cannot open a symlink")),
-            inode::S_IFDIR if write => Err(err(Errno::IsDir, "cannot write a directory")),
+            inode::S_IFLNK => Err(err(Errno::LOOP, "cannot open a symlink")),
+            inode::S_IFDIR if write => Err(err(Errno::ISDIR, "cannot write a directory")),
             _ if write => self.meta.writable().map(|()| ino),
             _ => Ok(ino),
         }
@@ -184,9 +185,9 @@ impl Namespace {
             if let Some(size) = set.size {
                 if !ino.is_file() {
                     let errno = if ino.is_dir() {
-                        Errno::IsDir
+                        Errno::ISDIR
                     } else {
-                        Errno::Inval
+                        Errno::INVAL
                     };
                     return Err(err(errno, "only files have a size to set"));
                 }
@@ -335,7 +336,7 @@ impl Namespace {
             // pwrite(2) of nothing changes nothing, not even the size.
             return Ok(());
         };
-        let moved = apply(&write).map_err(DfsError::from);
+        let moved = apply(&write).storage();
         // Recorded before the change stops being in flight, so its growth is always counted
         // once against the quota: pending, then used.
         let written = moved.and_then(|()| self.meta.record_write(oid, new_end, write.growth()));
@@ -409,7 +410,7 @@ impl Namespace {
     pub fn snapshot_to(&self, target: &NamespaceConfig) -> DfsResult<()> {
         if target.chunk_dirs.len() != self.chunks.dirs().len() {
             return Err(err(
-                Errno::Inval,
+                Errno::INVAL,
                 "a snapshot needs as many chunk directories as its source",
             ));
         }
@@ -424,9 +425,9 @@ impl Namespace {
             .map(|d| d.as_path())
             .chain(target.meta_path.parent())
         {
-            self.disk.sync_dir(dir)?;
+            self.disk.sync_dir(dir).storage()?;
             if let Some(up) = dir.parent() {
-                self.disk.sync_dir(up)?;
+                self.disk.sync_dir(up).storage()?;
             }
         }
         Ok(())

@@ -123,26 +123,26 @@ fn directories_entries_and_errors() {
     );
     assert_eq!(
         ns.create(d.oid, "a", 0o600, 0, 0).unwrap_err().errno,
-        Errno::Exist
+        Errno::EXIST
     );
-    assert_eq!(ns.rmdir(ROOT, "d").unwrap_err().errno, Errno::NotEmpty);
-    assert_eq!(ns.unlink(ROOT, "d").unwrap_err().errno, Errno::IsDir);
-    assert_eq!(ns.rmdir(d.oid, "a").unwrap_err().errno, Errno::NotDir);
-    assert_eq!(ns.lookup(d.oid, "zzz").unwrap_err().errno, Errno::NoEnt);
+    assert_eq!(ns.rmdir(ROOT, "d").unwrap_err().errno, Errno::NOTEMPTY);
+    assert_eq!(ns.unlink(ROOT, "d").unwrap_err().errno, Errno::ISDIR);
+    assert_eq!(ns.rmdir(d.oid, "a").unwrap_err().errno, Errno::NOTDIR);
+    assert_eq!(ns.lookup(d.oid, "zzz").unwrap_err().errno, Errno::NOENT);
     assert_eq!(
         ns.create(ROOT, &"x".repeat(256), 0o600, 0, 0)
             .unwrap_err()
             .errno,
-        Errno::NameTooLong
+        Errno::NAMETOOLONG
     );
     assert_eq!(
         ns.create(d.oid, "a/b", 0o600, 0, 0).unwrap_err().errno,
-        Errno::Inval
+        Errno::INVAL
     );
     let file = ns.lookup(d.oid, "a").unwrap();
     assert_eq!(
         ns.create(file.oid, "x", 0o600, 0, 0).unwrap_err().errno,
-        Errno::NotDir
+        Errno::NOTDIR
     );
     for n in ["a", "b", "c"] {
         ns.unlink(d.oid, n).unwrap();
@@ -163,30 +163,30 @@ fn rename_follows_posix() {
     // Over an existing file: replaced atomically, the old object is gone.
     ns.rename(ROOT, "f", ROOT, "g", false).unwrap();
     assert_eq!(ns.lookup(ROOT, "g").unwrap().oid, f.oid);
-    assert_eq!(ns.getattr(g.oid).unwrap_err().errno, Errno::Stale);
+    assert_eq!(ns.getattr(g.oid).unwrap_err().errno, Errno::STALE);
     assert_eq!(read_all(&ns, f.oid), b"one");
     // Into its own subtree: EINVAL. Onto a non-empty directory: ENOTEMPTY.
     assert_eq!(
         ns.rename(ROOT, "a", b.oid, "x", false).unwrap_err().errno,
-        Errno::Inval
+        Errno::INVAL
     );
     let c = ns.mkdir(ROOT, "c", 0o755, 0, 0).unwrap();
     ns.create(c.oid, "inner", 0o644, 0, 0).unwrap();
     assert_eq!(
         ns.rename(a.oid, "b", ROOT, "c", false).unwrap_err().errno,
-        Errno::NotEmpty
+        Errno::NOTEMPTY
     );
     assert_eq!(
         ns.rename(ROOT, "g", ROOT, "a", false).unwrap_err().errno,
-        Errno::IsDir
+        Errno::ISDIR
     );
     assert_eq!(
         ns.rename(ROOT, "a", ROOT, "g", false).unwrap_err().errno,
-        Errno::NotDir
+        Errno::NOTDIR
     );
     assert_eq!(
         ns.rename(ROOT, "g", ROOT, "c", true).unwrap_err().errno,
-        Errno::Exist
+        Errno::EXIST
     );
     // A directory moves with its contents.
     ns.rename(a.oid, "b", c.oid, "b2", false).unwrap();
@@ -202,28 +202,28 @@ fn symlinks_and_xattrs() {
     assert_eq!(l.size, 9);
     assert_eq!(ns.readlink(l.oid).unwrap(), "../target");
     let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
-    assert_eq!(ns.readlink(f.oid).unwrap_err().errno, Errno::Inval);
+    assert_eq!(ns.readlink(f.oid).unwrap_err().errno, Errno::INVAL);
     ns.setxattr(f.oid, "user.a", b"1", XattrSet::Any).unwrap();
     ns.setxattr(f.oid, "user.b", b"", XattrSet::Create).unwrap();
     let exists = ns.setxattr(f.oid, "user.b", b"", XattrSet::Create);
-    assert_eq!(exists.unwrap_err().errno, Errno::Exist);
+    assert_eq!(exists.unwrap_err().errno, Errno::EXIST);
     let absent = ns.setxattr(f.oid, "user.c", b"", XattrSet::Replace);
-    assert_eq!(absent.unwrap_err().errno, Errno::NoData);
+    assert_eq!(absent.unwrap_err().errno, Errno::NODATA);
     let unprefixed = ns.setxattr(f.oid, "plain", b"", XattrSet::Any);
-    assert_eq!(unprefixed.unwrap_err().errno, Errno::OpNotSupp);
+    assert_eq!(unprefixed.unwrap_err().errno, Errno::OPNOTSUPP);
     let on_link = ns.setxattr(l.oid, "user.a", b"", XattrSet::Any);
-    assert_eq!(on_link.unwrap_err().errno, Errno::Perm);
+    assert_eq!(on_link.unwrap_err().errno, Errno::PERM);
     let big = ns.setxattr(f.oid, "user.big", &[0; XATTR_VALUE_MAX + 1], XattrSet::Any);
-    assert_eq!(big.unwrap_err().errno, Errno::TooBig);
+    assert_eq!(big.unwrap_err().errno, Errno::TOOBIG);
     assert_eq!(ns.listxattr(f.oid).unwrap(), ["user.a", "user.b"]);
     assert_eq!(ns.getxattr(f.oid, "user.a").unwrap(), b"1");
     ns.removexattr(f.oid, "user.a").unwrap();
     assert_eq!(
         ns.getxattr(f.oid, "user.a").unwrap_err().errno,
-        Errno::NoData
+        Errno::NODATA
     );
     ns.unlink(ROOT, "f").unwrap();
-    assert_eq!(ns.listxattr(f.oid).unwrap_err().errno, Errno::Stale);
+    assert_eq!(ns.listxattr(f.oid).unwrap_err().errno, Errno::STALE);
 }
 
 /// Writes, fsyncs some of it, writes more without fsync, and "crashes".
@@ -267,7 +267,7 @@ fn unsynced_work_is_really_lost_in_the_simulation() {
     let crashed = disk.crash();
     drop(ns);
     let after = Namespace::open(Arc::new(crashed), config(None)).unwrap();
-    assert_eq!(after.lookup(ROOT, "f").unwrap_err().errno, Errno::NoEnt);
+    assert_eq!(after.lookup(ROOT, "f").unwrap_err().errno, Errno::NOENT);
 }
 
 #[test]
@@ -291,11 +291,11 @@ fn snapshots_keep_old_data_and_clones_are_independent() {
         before,
         "the snapshot shows the old data"
     );
-    assert_eq!(snap.lookup(ROOT, "new").unwrap_err().errno, Errno::NoEnt);
-    assert_eq!(snap.write(f.oid, 0, b"x").unwrap_err().errno, Errno::RoFs);
+    assert_eq!(snap.lookup(ROOT, "new").unwrap_err().errno, Errno::NOENT);
+    assert_eq!(snap.write(f.oid, 0, b"x").unwrap_err().errno, Errno::ROFS);
     assert_eq!(
         snap.create(ROOT, "y", 0o644, 0, 0).unwrap_err().errno,
-        Errno::RoFs
+        Errno::ROFS
     );
 
     let clone = Namespace::open(disk, config_at("clone", false)).unwrap();
@@ -314,33 +314,33 @@ fn snapshots_keep_old_data_and_clones_are_independent() {
 fn errors_name_the_right_culprit() {
     let (_, ns) = fresh(None);
     let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
-    assert_eq!(ns.lookup(f.oid, "x").unwrap_err().errno, Errno::NotDir);
-    assert_eq!(ns.unlink(f.oid, "x").unwrap_err().errno, Errno::NotDir);
+    assert_eq!(ns.lookup(f.oid, "x").unwrap_err().errno, Errno::NOTDIR);
+    assert_eq!(ns.unlink(f.oid, "x").unwrap_err().errno, Errno::NOTDIR);
     assert_eq!(
         ns.rename(f.oid, "x", ROOT, "y", false).unwrap_err().errno,
-        Errno::NotDir
+        Errno::NOTDIR
     );
-    assert_eq!(ns.readdir(f.oid, 0, 1).unwrap_err().errno, Errno::NotDir);
+    assert_eq!(ns.readdir(f.oid, 0, 1).unwrap_err().errno, Errno::NOTDIR);
     assert_eq!(
         ns.rename(ROOT, "f", ROOT, "f", true).unwrap_err().errno,
-        Errno::Exist
+        Errno::EXIST
     );
     ns.rename(ROOT, "f", ROOT, "f", false).unwrap();
     let l = ns.symlink(ROOT, "l", "f", 0, 0).unwrap();
     assert_eq!(
         ns.read(l.oid, 0, &mut [0; 4]).unwrap_err().errno,
-        Errno::Inval
+        Errno::INVAL
     );
-    assert_eq!(ns.open_object(l.oid, false).unwrap_err().errno, Errno::Loop);
-    assert_eq!(ns.open_object(ROOT, true).unwrap_err().errno, Errno::IsDir);
+    assert_eq!(ns.open_object(l.oid, false).unwrap_err().errno, Errno::LOOP);
+    assert_eq!(ns.open_object(ROOT, true).unwrap_err().errno, Errno::ISDIR);
     assert_eq!(
         ns.write(f.oid, u64::MAX - 1, b"xx").unwrap_err().errno,
-        Errno::FBig
+        Errno::FBIG
     );
     let long = "t".repeat(SYMLINK_MAX + 1);
     assert_eq!(
         ns.symlink(ROOT, "m", &long, 0, 0).unwrap_err().errno,
-        Errno::NameTooLong
+        Errno::NAMETOOLONG
     );
 }
 

@@ -104,7 +104,7 @@ use qp::QpStats;
 
 /// Environment variable naming the RDMA device the verbs conformance suite runs on (e.g.
 /// `mlx5_0`); unset, those tests are skipped.
-pub const DEVICE_ENV: &str = "DPUFS_RDMA_DEVICE";
+pub const DEVICE_ENV: &str = crate::RDMA_DEVICE_ENV;
 /// Environment variable overriding the port [`IbvOptions::from_env`] uses (default 1).
 pub const PORT_ENV: &str = "DPUFS_RDMA_PORT";
 /// Environment variable overriding the GID index [`IbvOptions::from_env`] uses (default: the
@@ -262,24 +262,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Name of an errno value, for messages.
-fn errno_name(errno: i32) -> String {
-    let name = match errno {
-        libc::ENOSYS => "ENOSYS",
-        libc::ENODEV => "ENODEV",
-        libc::ENOENT => "ENOENT",
-        libc::EPERM => "EPERM",
-        libc::EACCES => "EACCES",
-        libc::ENOMEM => "ENOMEM",
-        libc::EINVAL => "EINVAL",
-        libc::EBUSY => "EBUSY",
-        libc::EAGAIN => "EAGAIN",
-        libc::EOPNOTSUPP => "EOPNOTSUPP",
-        _ => return format!("errno {errno}"),
-    };
-    name.to_owned()
-}
-
 /// The errno of the last failed call.
 fn last_errno() -> i32 {
     io::Error::last_os_error()
@@ -339,7 +321,7 @@ impl DeviceList {
             } else {
                 format!(
                     "ibv_get_device_list failed with {} ({}); use the software provider",
-                    errno_name(errno),
+                    dpufs_proto::dfs::Errno(errno).name(),
                     io::Error::from_raw_os_error(errno)
                 )
             };

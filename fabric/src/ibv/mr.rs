@@ -262,6 +262,19 @@ impl MemoryRegion for IbvMr {
         unsafe { ptr::copy_nonoverlapping(self.buf.add(offset), out.as_mut_ptr(), out.len()) };
         Ok(())
     }
+
+    unsafe fn fill_at(
+        &self,
+        offset: usize,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<()> {
+        self.check_range(offset, len)?;
+        // SAFETY: the range is inside the mapping, which lives as long as self, and the caller
+        // keeps every other access off it while the slice lives.
+        fill(unsafe { std::slice::from_raw_parts_mut(self.buf.add(offset), len) });
+        Ok(())
+    }
 }
 
 /// The provider's view of a window: its current rkey and the region it is bound over.

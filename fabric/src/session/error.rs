@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::capability::CapabilityError;
 use crate::error::FabricError;
+use dpufs_proto::dfs::{DfsError, Errno};
 
 /// Errors of [`TenantSession`](super::TenantSession), [`Connection`](super::Connection) and
 /// [`SessionServer`](super::SessionServer).
@@ -149,5 +150,52 @@ impl SessionError {
             self,
             SessionError::AccessError { .. } | SessionError::ConnectionLost { .. }
         )
+    }
+
+    /// The errno a file-system caller sees when its request failed this way: EACCES when the
+    /// server refused the capability, ETIMEDOUT when no reply came in time, EIO for the rest
+    /// (a broken connection, a refused request, a protocol error).
+    pub fn errno(&self) -> Errno {
+        match self {
+            SessionError::Refused { .. } | SessionError::Capability(_) => Errno::ACCES,
+            SessionError::Timeout { .. } => Errno::TIMEDOUT,
+            _ => Errno::IO,
+        }
+    }
+}
+
+/// A failed call as the DFS error its caller sees (the one mapping of session errors to errno).
+impl From<SessionError> for DfsError {
+    fn from(e: SessionError) -> DfsError {
+        DfsError::new(e.errno(), e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errnos_say_what_the_caller_can_do() {
+        let peer: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let refused = SessionError::Refused {
+            peer,
+            reason: "capability expired".into(),
+        };
+        let e = DfsError::from(refused);
+        assert_eq!(e.errno, Errno::ACCES);
+        assert!(e.detail.contains("capability expired"), "{e}");
+        let timeout = SessionError::Timeout {
+            peer,
+            request_id: 7,
+            after: Duration::from_secs(5),
+        };
+        assert_eq!(timeout.errno(), Errno::TIMEDOUT);
+        let lost = SessionError::ConnectionLost {
+            peer,
+            detail: "reset".into(),
+        };
+        assert_eq!(lost.errno(), Errno::IO);
+        assert_eq!(SessionError::Shutdown.errno(), Errno::IO);
     }
 }

@@ -61,7 +61,12 @@ impl std::fmt::Debug for BulkAccess<'_> {
 pub(crate) trait BulkOps {
     fn lease(&self) -> Option<LeaseClaim>;
     fn pull(&mut self, offset: usize, out: &mut [u8]) -> Result<(), SessionError>;
-    fn push(&mut self, offset: usize, data: &[u8]) -> Result<(), SessionError>;
+    fn push_with(
+        &mut self,
+        offset: usize,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Result<usize, SessionError>;
 }
 
 impl<'a> BulkAccess<'a> {
@@ -95,6 +100,24 @@ impl<'a> BulkAccess<'a> {
     /// before the reply, and if the worker's NIC refuses it the connection dies and no reply
     /// is delivered.
     pub fn push(&mut self, offset: usize, data: &[u8]) -> Result<(), SessionError> {
-        self.ops.push(offset, data)
+        let copy = &mut |slot: &mut [u8]| {
+            slot.copy_from_slice(data);
+            data.len()
+        };
+        self.ops.push_with(offset, data.len(), copy).map(drop)
+    }
+
+    /// [`push`](Self::push) of data that `fill` produces straight into the server's registered
+    /// bounce memory (one copy less than producing it into a buffer and pushing that): `fill`
+    /// gets up to `len` bytes to write (called once, with an empty slice when `len` is 0) and
+    /// returns how many it wrote, which are pushed at `offset`. Returns that count. The checks
+    /// are [`push`](Self::push)'s, for `len`; when one fails, `fill` is not called.
+    pub fn push_with(
+        &mut self,
+        offset: usize,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Result<usize, SessionError> {
+        self.ops.push_with(offset, len, fill)
     }
 }

@@ -222,8 +222,13 @@ impl<D: RdmaDevice> BulkOps for ServerBulk<'_, D> {
         }
     }
 
-    fn push(&mut self, offset: usize, data: &[u8]) -> Result<(), SessionError> {
-        let lease = self.checked(LeaseRight::RemoteWrite, offset, data.len())?;
+    fn push_with(
+        &mut self,
+        offset: usize,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Result<usize, SessionError> {
+        let lease = self.checked(LeaseRight::RemoteWrite, offset, len)?;
         if offset < self.pushed_end {
             return Err(misuse(format!(
                 "push at {offset} goes back before the end of the previous push ({})",
@@ -235,13 +240,25 @@ impl<D: RdmaDevice> BulkOps for ServerBulk<'_, D> {
                 "more than {MAX_PUSHES} pushes in one request"
             )));
         }
-        if data.is_empty() {
-            return Ok(());
+        if len == 0 {
+            fill(&mut []);
+            return Ok(0);
         }
         let (index, epoch) = self.bounce()?;
         let (shared, conn) = (self.shared, self.conn);
         let slot = self.slot();
-        slot.mr().write_at(slot.offset() + offset, data)?;
+        let mut written = 0;
+        let mut produce = |buf: &mut [u8]| written = fill(buf).min(buf.len());
+        // SAFETY: the slot is this request's alone while it runs (`bounce`), and this range
+        // lies at or past the end of every earlier push, so no posted WRITE reads it; the
+        // slot's region grants no remote access.
+        unsafe {
+            slot.mr()
+                .fill_at(slot.offset() + offset, len, &mut produce)?
+        };
+        if written == 0 {
+            return Ok(0);
+        }
         conn.last_rkey.store(lease.rkey, Ordering::Release);
         let deadline = Instant::now() + shared.config.rma_timeout;
         let dispatch = |wc: &WorkCompletion| shared.dispatch(wc, false);
@@ -251,7 +268,7 @@ impl<D: RdmaDevice> BulkOps for ServerBulk<'_, D> {
                 sge: Sge {
                     mr: slot.mr(),
                     offset: slot.offset() + offset,
-                    len: data.len(),
+                    len: written,
                 },
                 remote: RemoteAddr {
                     addr: lease.addr + offset as u64,
@@ -260,10 +277,10 @@ impl<D: RdmaDevice> BulkOps for ServerBulk<'_, D> {
             },
             signaled: false,
         })?;
-        self.pushed_end = offset + data.len();
+        self.pushed_end = offset + written;
         self.pushes += 1;
-        add(&shared.counters.bytes_pushed, data.len() as u64);
-        Ok(())
+        add(&shared.counters.bytes_pushed, written as u64);
+        Ok(written)
     }
 }
 

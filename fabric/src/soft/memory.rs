@@ -128,6 +128,25 @@ impl Memory {
         Ok(())
     }
 
+    /// Runs `fill` on `len` bytes at `offset` as a slice.
+    ///
+    /// # Safety
+    /// Nothing else may access the range while `fill` runs.
+    pub unsafe fn fill(
+        &self,
+        offset: usize,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<()> {
+        let dst = self
+            .range(offset as u64, len as u64)
+            .ok_or_else(|| out_of_range(offset, len))?;
+        // SAFETY: `dst` is valid for len bytes (checked by `range`), and the caller guarantees
+        // no other access to them while the slice lives.
+        fill(unsafe { std::slice::from_raw_parts_mut(dst, len) });
+        Ok(())
+    }
+
     /// First byte of the mapping.
     pub fn as_ptr(&self) -> *mut u8 {
         self.map.as_mut_ptr()

@@ -210,6 +210,17 @@ impl MemoryRegion for SoftMr {
         self.check_range(offset, out.len())?;
         self.inner.mem.copy_out(offset, out)
     }
+
+    unsafe fn fill_at(
+        &self,
+        offset: usize,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<()> {
+        self.check_range(offset, len)?;
+        // SAFETY: the caller keeps every other access off the range while `fill` runs.
+        unsafe { self.inner.mem.fill(offset, len, fill) }
+    }
 }
 
 /// A type-2 memory window. It starts FREE; a BIND_MW work request on a QP of its PD binds it

@@ -8,6 +8,7 @@ pub mod fault;
 pub mod label;
 pub mod props;
 pub mod ranks;
+pub mod tls;
 
 /// The DAOS release whose management wire format this crate speaks.
 pub const WIRE_VERSION: &str = "2.8.0";

@@ -1,8 +1,11 @@
 //! The [`Dfs`] calls of [`EngineDfs`]: one request each; large reads and writes pipelined.
 
-use super::{EngineDfs, MAX_XATTR_VALUE, attr_of, expect, pieces, wire};
+use super::{EngineDfs, attr_of, expect, pieces, wire};
 use crate::dfs::transport::Bulk;
-use crate::dfs::{Attr, Dfs, DfsError, DfsResult, DirPage, Errno, Oid, SetAttr, StatFs, XattrMode};
+use crate::dfs::{
+    Attr, Dfs, DfsError, DfsResult, DirPage, Errno, Oid, SetAttr, StatFs, XATTR_VALUE_MAX,
+    XattrMode,
+};
 use dpufs_proto::engine::v1::{self as proto, dfs_reply::Result as Res, dfs_request::Op};
 use std::sync::Mutex;
 
@@ -186,11 +189,11 @@ impl Dfs for EngineDfs {
     }
 
     fn setxattr(&self, oid: Oid, name: &str, value: &[u8], mode: XattrMode) -> DfsResult<()> {
-        if value.len() > MAX_XATTR_VALUE {
+        if value.len() > XATTR_VALUE_MAX {
             return Err(DfsError::new(
                 Errno(libc::E2BIG),
                 format!(
-                    "attribute value of {} bytes (at most {MAX_XATTR_VALUE})",
+                    "attribute value of {} bytes (at most {XATTR_VALUE_MAX})",
                     value.len()
                 ),
             ));

@@ -1,6 +1,6 @@
 use super::*;
-use crate::dfs::transport::{TransportError, TransportReply};
-use crate::dfs::{Dfs, Errno, XattrMode};
+use crate::dfs::transport::TransportReply;
+use crate::dfs::{Dfs, DfsError, Errno, XATTR_VALUE_MAX, XattrMode};
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
@@ -11,14 +11,14 @@ struct FakeEngine {
     in_flight: AtomicUsize,
     most_in_flight: AtomicUsize,
     requests: AtomicUsize,
-    fail_with: Mutex<Option<TransportError>>,
+    fail_with: Mutex<Option<DfsError>>,
     wrong_id: std::sync::atomic::AtomicBool,
 }
 
 const MAX_IO: usize = 1000;
 
 impl DfsTransport for FakeEngine {
-    fn call(&self, request: &[u8], bulk: Bulk<'_>) -> Result<TransportReply, TransportError> {
+    fn call(&self, request: &[u8], bulk: Bulk<'_>) -> DfsResult<TransportReply> {
         if let Some(e) = self.fail_with.lock().unwrap().clone() {
             return Err(e);
         }
@@ -138,9 +138,9 @@ fn failures_map_to_errnos() {
         (e.errno, e.detail.as_str()),
         (Errno::NOENT, "no such object")
     );
-    *fake.fail_with.lock().unwrap() = Some(TransportError::TimedOut("no reply in 5s".into()));
+    *fake.fail_with.lock().unwrap() = Some(DfsError::new(Errno::TIMEDOUT, "no reply in 5s"));
     assert_eq!(dfs.getattr(5).unwrap_err().errno, Errno::TIMEDOUT);
-    *fake.fail_with.lock().unwrap() = Some(TransportError::Failed("QP in error".into()));
+    *fake.fail_with.lock().unwrap() = Some(DfsError::new(Errno::IO, "QP in error"));
     let e = dfs.read(2, 0, &mut [0; 10]).unwrap_err();
     assert_eq!(e.errno, Errno::IO);
     assert!(e.detail.contains("QP in error"));
@@ -153,7 +153,7 @@ fn failures_map_to_errnos() {
 fn oversized_xattrs_are_refused_before_sending() {
     let (fake, dfs) = mounted();
     let before = fake.requests.load(Ordering::SeqCst);
-    let e = dfs.setxattr(2, "user.x", &vec![0; MAX_XATTR_VALUE + 1], XattrMode::Any);
+    let e = dfs.setxattr(2, "user.x", &vec![0; XATTR_VALUE_MAX + 1], XattrMode::Any);
     assert_eq!(e.unwrap_err().errno, Errno(libc::E2BIG));
     assert_eq!(fake.requests.load(Ordering::SeqCst), before);
 }

@@ -1,21 +1,12 @@
 //! Between [`Dfs`](super::super::Dfs) types and the data service's messages, and the one
-//! place engine and transport failures become [`DfsError`]s.
+//! place engine failures become [`DfsError`]s.
 
-use super::super::transport::TransportError;
 use super::super::{Attr, DfsError, DirEntry, Errno, SetAttr, StatFs, TimeSet, Timespec};
 use dpufs_proto::engine::v1 as wire;
 
-/// An errno reply (or a transport failure) as the caller sees it.
+/// An errno reply as the caller sees it.
 pub fn reply_error(errno: i32, detail: String) -> DfsError {
     DfsError::new(Errno(errno), detail)
-}
-
-/// A transport failure: ETIMEDOUT for timeouts, EIO for the rest.
-pub fn transport_error(e: TransportError) -> DfsError {
-    match e {
-        TransportError::TimedOut(why) => DfsError::new(Errno::TIMEDOUT, why),
-        TransportError::Failed(why) => DfsError::new(Errno::IO, why),
-    }
 }
 
 /// A reply that does not fit the request.

@@ -38,6 +38,7 @@ use super::disk::{Disk, DiskFile};
 use super::error::{DfsResult, Errno, err};
 use super::inode::Oid;
 use super::iobuf::IoBuf;
+use crate::namespace::error::StorageResult;
 use read_ahead::{ChunkAt, Fetch, copy_fetched};
 use space::Space;
 use state::WriteState;
@@ -55,7 +56,7 @@ const MAX_FILE_END: u64 = i64::MAX as u64;
 pub(crate) fn check_end(offset: u64, len: u64) -> DfsResult<u64> {
     match offset.checked_add(len) {
         Some(end) if end <= MAX_FILE_END => Ok(end),
-        _ => Err(err(Errno::FBig, "beyond the largest file size")),
+        _ => Err(err(Errno::FBIG, "beyond the largest file size")),
     }
 }
 
@@ -246,7 +247,7 @@ impl ChunkStore {
                 Ok(Some(f))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e).storage(),
         }
     }
 
@@ -317,7 +318,7 @@ impl ChunkStore {
                 Source::File(f) => f,
             };
             let got = match file {
-                Some(f) => f.read_at(at, out)?,
+                Some(f) => f.read_at(at, out).storage()?,
                 None => 0,
             };
             out[got..].fill(0);
@@ -350,7 +351,7 @@ impl ChunkStore {
             let f = self.chunk(&mut st, oid, idx, true)?.expect("created");
             let f = self.unshare(&mut st, oid, idx, f)?;
             let promised = st.in_flight.get(&(oid, idx)).map_or(0, |e| e.0);
-            growth += (at + n).saturating_sub(f.size()?.max(promised));
+            growth += (at + n).saturating_sub(f.size().storage()?.max(promised));
             pieces.push(WritePiece {
                 idx,
                 file: f,
@@ -393,14 +394,14 @@ impl ChunkStore {
         f: Arc<dyn DiskFile>,
     ) -> DfsResult<Arc<dyn DiskFile>> {
         let path = self.chunk_path(oid, idx);
-        if !self.disk.is_shared(&path)? {
+        if !self.disk.is_shared(&path).storage()? {
             return Ok(f);
         }
-        let mut bytes = vec![0; f.size()? as usize];
-        f.read_at(0, &mut bytes)?;
-        self.disk.remove(&path)?;
-        let copy = st.spares.create(&*self.disk, &path)?;
-        copy.write_at(0, &bytes)?;
+        let mut bytes = vec![0; f.size().storage()? as usize];
+        f.read_at(0, &mut bytes).storage()?;
+        self.disk.remove(&path).storage()?;
+        let copy = st.spares.create(&*self.disk, &path).storage()?;
+        copy.write_at(0, &bytes).storage()?;
         st.open.insert((oid, idx), copy.clone());
         st.dirty.insert((oid, idx));
         st.mark_dir_dirty(&path);
@@ -417,7 +418,7 @@ impl ChunkStore {
             .collect();
         for key in chunks {
             if let Some(f) = st.open.get(&key) {
-                f.sync()?;
+                f.sync().storage()?;
             }
             st.dirty.remove(&key);
         }
@@ -427,7 +428,7 @@ impl ChunkStore {
     /// Syncs the directories whose entries changed (new, copied or removed chunk files).
     fn sync_dirs(&self, st: &mut WriteState) -> DfsResult<()> {
         for dir in std::mem::take(&mut st.dirty_dirs) {
-            self.disk.sync_dir(&dir)?;
+            self.disk.sync_dir(&dir).storage()?;
         }
         Ok(())
     }
@@ -462,15 +463,15 @@ impl Quiesced<'_> {
                 continue;
             };
             let keep = new_size.saturating_sub(idx * cs).min(cs);
-            let len = f.size()?;
+            let len = f.size().storage()?;
             if keep == 0 {
                 let path = store.chunk_path(oid, idx);
-                st.spares.retire(&*store.disk, &path, &*f)?;
+                st.spares.retire(&*store.disk, &path, &*f).storage()?;
                 st.mark_dir_dirty(&path);
                 freed += len;
             } else if len > keep {
                 let f = store.unshare(st, oid, idx, f)?;
-                f.set_len(keep)?;
+                f.set_len(keep).storage()?;
                 st.dirty.insert((oid, idx));
                 freed += len - keep;
             }
@@ -494,12 +495,12 @@ impl Quiesced<'_> {
     pub fn link_into(&self, targets: &[PathBuf], skip: &Path) -> DfsResult<()> {
         let disk = &self.store.disk;
         for (from, to) in self.store.dirs.iter().zip(targets) {
-            for path in disk.list(from)? {
+            for path in disk.list(from).storage()? {
                 if path != skip
                     && !spares::is_spares_dir(&path)
                     && let Some(name) = path.file_name()
                 {
-                    disk.link(&path, &to.join(name))?;
+                    disk.link(&path, &to.join(name)).storage()?;
                 }
             }
         }

@@ -72,7 +72,7 @@ impl Space {
             let used = recorded()?.saturating_add(pending);
             if used.saturating_add(growth) > quota {
                 return Err(err(
-                    Errno::NoSpc,
+                    Errno::NOSPC,
                     format!("container quota of {quota} bytes reached ({used} used)"),
                 ));
             }

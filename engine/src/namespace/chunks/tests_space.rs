@@ -35,7 +35,7 @@ impl SpaceBudget for TestPool {
     fn reserve(&self, bytes: u64) -> DfsResult<()> {
         let mut used = self.used.lock().unwrap();
         if *used + bytes > self.capacity {
-            return Err(err(Errno::NoSpc, "pool full"));
+            return Err(err(Errno::NOSPC, "pool full"));
         }
         *used += bytes;
         Ok(())
@@ -69,7 +69,7 @@ fn quota_gives_enospc_and_keeps_old_data() {
     let first = pattern(90_000, 3);
     ns.write(f.oid, 0, &first).unwrap();
     let err = ns.write(f.oid, 90_000, &pattern(20_000, 4)).unwrap_err();
-    assert_eq!(err.errno, Errno::NoSpc);
+    assert_eq!(err.errno, Errno::NOSPC);
     assert_eq!(
         read_all(&ns, f.oid),
         first,
@@ -104,7 +104,7 @@ fn containers_share_the_pool_and_freed_space_returns() {
     let fb = b.create(ROOT, "f", 0o644, 0, 0).unwrap();
     a.write(fa.oid, 0, &[1; 100_000]).unwrap();
     let full = b.write(fb.oid, 0, &[2; 60_000]).unwrap_err();
-    assert_eq!(full.errno, Errno::NoSpc);
+    assert_eq!(full.errno, Errno::NOSPC);
     assert_eq!(
         b.getattr(fb.oid).unwrap().size,
         0,
@@ -140,7 +140,7 @@ fn quota_changes_apply_to_an_open_namespace() {
     ns.set_quota(Some(1500));
     assert_eq!(
         ns.write(f.oid, 1000, &[1; 1000]).unwrap_err().errno,
-        Errno::NoSpc
+        Errno::NOSPC
     );
     ns.set_quota(None);
     ns.write(f.oid, 1000, &[1; 1000]).unwrap();
@@ -195,7 +195,7 @@ fn a_quota_holds_against_concurrent_writers() {
                         Ok(()) => {
                             written.fetch_add(BLOCK, std::sync::atomic::Ordering::Relaxed);
                         }
-                        Err(e) => assert_eq!(e.errno, Errno::NoSpc),
+                        Err(e) => assert_eq!(e.errno, Errno::NOSPC),
                     }
                 }
             });
@@ -224,7 +224,7 @@ fn allocated_space_is_counted_refused_over_the_limit_and_freed_with_the_file() {
     ns.write(f.oid, 70_000, &[5; 30_000]).unwrap();
     assert_eq!(used(), 100_000, "writes into allocated space take no more");
     let full = ns.allocate(f.oid, 100_000, 60_000, false).unwrap_err();
-    assert_eq!(full.errno, Errno::NoSpc);
+    assert_eq!(full.errno, Errno::NOSPC);
     assert_eq!(
         (ns.getattr(f.oid).unwrap().size, used()),
         (100_000, 100_000),

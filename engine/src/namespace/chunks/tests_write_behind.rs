@@ -137,7 +137,7 @@ fn a_queued_write_that_fails_fails_the_next_fsync() {
     disk.fail_writes(true);
     ns.write_behind(f, 0, bytes(CHUNK as usize, 7)).unwrap();
     let e = ns.fsync(f).unwrap_err();
-    assert_eq!(e.errno, Errno::Io, "{e:?}");
+    assert_eq!(e.errno, Errno::IO, "{e:?}");
     disk.fail_writes(false);
     ns.fsync(f).unwrap();
 }
@@ -161,7 +161,7 @@ fn a_queued_write_that_panics_fails_fsync_and_leaves_the_io_threads_working() {
         .recv_timeout(Duration::from_secs(60))
         .expect("fsync returns: every queued write lands, panicked or not")
         .unwrap_err();
-    assert_eq!(e.errno, Errno::Io, "{e:?}");
+    assert_eq!(e.errno, Errno::IO, "{e:?}");
     assert!(e.to_string().contains("panicked"), "{e}");
     disk.panic_in_writes(false);
     ns.write_behind(f, 0, bytes(CHUNK as usize, 9)).unwrap();

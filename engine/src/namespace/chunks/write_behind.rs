@@ -143,7 +143,7 @@ impl Queued {
     /// EIO if a queued write of `oid` failed since the last time this was asked.
     pub(super) fn take_failure(&mut self, oid: Oid) -> DfsResult<()> {
         match self.failed.remove(&oid) {
-            Some(why) => Err(err(Errno::Io, format!("an earlier write failed: {why}"))),
+            Some(why) => Err(err(Errno::IO, format!("an earlier write failed: {why}"))),
             None => Ok(()),
         }
     }

@@ -9,6 +9,7 @@
 
 use super::names::name_ok;
 use super::{ENTRIES, INODES, MetaStore, get_dir, get_inode};
+use crate::namespace::error::StorageResult;
 use crate::namespace::error::{DfsResult, Errno, err};
 use crate::namespace::inode::{Inode, Oid, S_IFMT};
 use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
@@ -56,8 +57,8 @@ pub(super) fn entry_key(dir: Oid, name: &str) -> (u64, u64, &str) {
 
 /// Whether directory `dir` has any entry.
 pub(super) fn has_entries(tx: &WriteTransaction, dir: Oid) -> DfsResult<bool> {
-    let entries = tx.open_table(ENTRIES)?;
-    let mut range = entries.range((dir, 0, "")..(dir + 1, 0, ""))?;
+    let entries = tx.open_table(ENTRIES).storage()?;
+    let mut range = entries.range((dir, 0, "")..(dir + 1, 0, "")).storage()?;
     Ok(range.next().is_some())
 }
 
@@ -65,32 +66,37 @@ impl MetaStore {
     /// The object an entry names.
     pub fn lookup(&self, dir: Oid, name: &str) -> DfsResult<Inode> {
         name_ok(name)?;
-        let tx = self.db.begin_read()?;
-        let inodes = tx.open_table(INODES)?;
+        let tx = self.db.begin_read().storage()?;
+        let inodes = tx.open_table(INODES).storage()?;
         get_dir(&inodes, dir)?;
         let oid = tx
-            .open_table(ENTRIES)?
-            .get(entry_key(dir, name))?
+            .open_table(ENTRIES)
+            .storage()?
+            .get(entry_key(dir, name))
+            .storage()?
             .map(|v| v.value())
-            .ok_or_else(|| err(Errno::NoEnt, format!("{name:?} not found")))?;
+            .ok_or_else(|| err(Errno::NOENT, format!("{name:?} not found")))?;
         get_inode(&inodes, oid)
     }
 
     /// Up to `max` entries of `dir` after `cookie` (0 starts at the beginning), more only
     /// to finish a run of equal hashes.
     pub fn readdir(&self, dir: Oid, cookie: u64, max: usize) -> DfsResult<DirPage> {
-        let tx = self.db.begin_read()?;
-        let inodes = tx.open_table(INODES)?;
+        let tx = self.db.begin_read().storage()?;
+        let inodes = tx.open_table(INODES).storage()?;
         get_dir(&inodes, dir)?;
-        let entries = tx.open_table(ENTRIES)?;
+        let entries = tx.open_table(ENTRIES).storage()?;
         let start = if cookie == 0 {
             0
         } else {
             cookie.saturating_add(1)
         };
         let mut page = DirPage::default();
-        for entry in entries.range((dir, start, "")..(dir + 1, 0, ""))? {
-            let (key, oid) = entry?;
+        for entry in entries
+            .range((dir, start, "")..(dir + 1, 0, ""))
+            .storage()?
+        {
+            let (key, oid) = entry.storage()?;
             let (_, hash, name) = key.value();
             if page.entries.len() >= max.max(1)
                 && page.entries.last().is_none_or(|last| last.cookie != hash)

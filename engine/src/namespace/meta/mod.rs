@@ -32,6 +32,7 @@ pub use xattrs::{XATTR_VALUE_MAX, XattrSet};
 use super::disk::{Disk, RedbFile};
 use super::error::{DfsResult, Errno, err};
 use super::inode::{Inode, Oid, ROOT, S_IFDIR, Time};
+use crate::namespace::error::StorageResult;
 use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
     WriteTransaction,
@@ -54,10 +55,11 @@ const CHUNK_SIZE: &str = "chunk_size";
 /// The inode of `oid`; ESTALE when the object is gone (oids are never reused).
 fn get_inode<T: ReadableTable<u64, &'static [u8]>>(t: &T, oid: Oid) -> DfsResult<Inode> {
     let raw = t
-        .get(oid)?
-        .ok_or_else(|| err(Errno::Stale, format!("object {oid:#x} does not exist")))?;
+        .get(oid)
+        .storage()?
+        .ok_or_else(|| err(Errno::STALE, format!("object {oid:#x} does not exist")))?;
     Inode::decode(oid, raw.value())
-        .ok_or_else(|| err(Errno::Io, format!("object {oid:#x} has a corrupt inode")))
+        .ok_or_else(|| err(Errno::IO, format!("object {oid:#x} has a corrupt inode")))
 }
 
 /// The inode of a directory; ENOTDIR for anything else.
@@ -65,7 +67,7 @@ fn get_dir<T: ReadableTable<u64, &'static [u8]>>(t: &T, oid: Oid) -> DfsResult<I
     let ino = get_inode(t, oid)?;
     if !ino.is_dir() {
         return Err(err(
-            Errno::NotDir,
+            Errno::NOTDIR,
             format!("object {oid:#x} is not a directory"),
         ));
     }
@@ -74,16 +76,19 @@ fn get_dir<T: ReadableTable<u64, &'static [u8]>>(t: &T, oid: Oid) -> DfsResult<I
 
 /// Writes an inode back.
 fn put_inode(tx: &WriteTransaction, ino: &Inode) -> DfsResult<()> {
-    tx.open_table(INODES)?
-        .insert(ino.oid, ino.encode().as_slice())?;
+    tx.open_table(INODES)
+        .storage()?
+        .insert(ino.oid, ino.encode().as_slice())
+        .storage()?;
     Ok(())
 }
 
 /// Adds `delta` to the count of data bytes.
 fn adjust_used(tx: &WriteTransaction, delta: i64) -> DfsResult<()> {
-    let mut sup = tx.open_table(SUPER)?;
-    let used = sup.get(USED_BYTES)?.map_or(0, |v| v.value());
-    sup.insert(USED_BYTES, used.saturating_add_signed(delta))?;
+    let mut sup = tx.open_table(SUPER).storage()?;
+    let used = sup.get(USED_BYTES).storage()?.map_or(0, |v| v.value());
+    sup.insert(USED_BYTES, used.saturating_add_signed(delta))
+        .storage()?;
     Ok(())
 }
 
@@ -110,7 +115,7 @@ impl std::fmt::Debug for MetaTx<'_> {
 impl MetaTx<'_> {
     /// The inode of `oid`; ESTALE when it is gone.
     pub fn inode(&self, oid: Oid) -> DfsResult<Inode> {
-        get_inode(&self.0.open_table(INODES)?, oid)
+        get_inode(&self.0.open_table(INODES).storage()?, oid)
     }
 
     pub fn put_inode(&self, ino: &Inode) -> DfsResult<()> {
@@ -126,11 +131,13 @@ impl MetaTx<'_> {
 impl MetaStore {
     /// Opens (or creates) the store at `path`; [`MetaStore::init`] lays out a new one.
     pub fn open(disk: Arc<dyn Disk>, path: &Path, read_only: bool) -> DfsResult<MetaStore> {
-        let file = disk.open(path, true)?;
+        let file = disk.open(path, true).storage()?;
         if let Some(dir) = path.parent() {
-            disk.sync_dir(dir)?;
+            disk.sync_dir(dir).storage()?;
         }
-        let db = Database::builder().create_with_backend(RedbFile(file))?;
+        let db = Database::builder()
+            .create_with_backend(RedbFile(file))
+            .storage()?;
         Ok(MetaStore {
             disk,
             db,
@@ -142,14 +149,14 @@ impl MetaStore {
     /// Creates the root and the superblock of a new store; returns the chunk size the
     /// superblock records (`chunk_size` for a new one: chunk files are cut by it for good).
     pub fn init(&self, chunk_size: u64) -> DfsResult<u64> {
-        let mut tx = self.db.begin_write()?;
+        let mut tx = self.db.begin_write().storage()?;
         // The superblock must be durable before any data is laid out by it.
-        tx.set_durability(Durability::Immediate)?;
+        tx.set_durability(Durability::Immediate).storage()?;
         let recorded;
         {
-            let mut inodes = tx.open_table(INODES)?;
-            let mut sup = tx.open_table(SUPER)?;
-            if inodes.get(ROOT)?.is_none() {
+            let mut inodes = tx.open_table(INODES).storage()?;
+            let mut sup = tx.open_table(SUPER).storage()?;
+            if inodes.get(ROOT).storage()?.is_none() {
                 let now = Time::now();
                 let root = Inode {
                     oid: ROOT,
@@ -162,22 +169,22 @@ impl MetaStore {
                     ctime: now,
                     parent: ROOT,
                 };
-                inodes.insert(ROOT, root.encode().as_slice())?;
-                sup.insert(NEXT_OID, ROOT + 1)?;
+                inodes.insert(ROOT, root.encode().as_slice()).storage()?;
+                sup.insert(NEXT_OID, ROOT + 1).storage()?;
             }
-            let stored = sup.get(CHUNK_SIZE)?.map(|v| v.value());
+            let stored = sup.get(CHUNK_SIZE).storage()?.map(|v| v.value());
             recorded = match stored {
                 Some(cs) => cs,
                 None => {
-                    sup.insert(CHUNK_SIZE, chunk_size)?;
+                    sup.insert(CHUNK_SIZE, chunk_size).storage()?;
                     chunk_size
                 }
             };
-            tx.open_table(ENTRIES)?;
-            tx.open_table(SYMLINKS)?;
-            tx.open_table(XATTRS)?;
+            tx.open_table(ENTRIES).storage()?;
+            tx.open_table(SYMLINKS).storage()?;
+            tx.open_table(XATTRS).storage()?;
         }
-        tx.commit()?;
+        tx.commit().storage()?;
         Ok(recorded)
     }
 
@@ -194,7 +201,7 @@ impl MetaStore {
     /// EROFS for a snapshot's store.
     pub fn writable(&self) -> DfsResult<()> {
         if self.read_only {
-            return Err(err(Errno::RoFs, "a snapshot is read-only"));
+            return Err(err(Errno::ROFS, "a snapshot is read-only"));
         }
         Ok(())
     }
@@ -207,15 +214,15 @@ impl MetaStore {
 
     fn transact<T>(&self, f: impl FnOnce(&WriteTransaction) -> DfsResult<T>) -> DfsResult<T> {
         self.writable()?;
-        let mut tx = self.db.begin_write()?;
-        tx.set_durability(Durability::None)?;
+        let mut tx = self.db.begin_write().storage()?;
+        tx.set_durability(Durability::None).storage()?;
         match f(&tx) {
             Ok(v) => {
-                tx.commit()?;
+                tx.commit().storage()?;
                 Ok(v)
             }
             Err(e) => {
-                tx.abort()?;
+                tx.abort().storage()?;
                 Err(e)
             }
         }
@@ -223,9 +230,9 @@ impl MetaStore {
 
     /// Makes every change so far durable.
     pub fn commit_durably(&self) -> DfsResult<()> {
-        let mut tx = self.db.begin_write()?;
-        tx.set_durability(Durability::Immediate)?;
-        tx.commit()?;
+        let mut tx = self.db.begin_write().storage()?;
+        tx.set_durability(Durability::Immediate).storage()?;
+        tx.commit().storage()?;
         Ok(())
     }
 
@@ -236,20 +243,28 @@ impl MetaStore {
         self.commit_durably()?;
         // An open write transaction holds every metadata writer off while the
         // store is copied; it is aborted, never committed.
-        let hold = self.db.begin_write()?;
-        let src = self.disk.open(&self.path, false)?;
-        let mut bytes = vec![0; src.size()? as usize];
-        src.read_at(0, &mut bytes)?;
-        let dst = self.disk.open(target, true)?;
-        dst.set_len(0)?;
-        dst.write_at(0, &bytes)?;
-        dst.sync()?;
-        hold.abort()?;
+        let hold = self.db.begin_write().storage()?;
+        let src = self.disk.open(&self.path, false).storage()?;
+        let mut bytes = vec![0; src.size().storage()? as usize];
+        src.read_at(0, &mut bytes).storage()?;
+        let dst = self.disk.open(target, true).storage()?;
+        dst.set_len(0).storage()?;
+        dst.write_at(0, &bytes).storage()?;
+        dst.sync().storage()?;
+        hold.abort().storage()?;
         Ok(())
     }
 
     pub fn getattr(&self, oid: Oid) -> DfsResult<Inode> {
-        get_inode(&self.db.begin_read()?.open_table(INODES)?, oid)
+        get_inode(
+            &self
+                .db
+                .begin_read()
+                .storage()?
+                .open_table(INODES)
+                .storage()?,
+            oid,
+        )
     }
 
     /// The inode of `oid` if it is a regular file; EISDIR for a directory, EINVAL otherwise
@@ -258,9 +273,9 @@ impl MetaStore {
         let ino = self.getattr(oid)?;
         if !ino.is_file() {
             let errno = if ino.is_dir() {
-                Errno::IsDir
+                Errno::ISDIR
             } else {
-                Errno::Inval
+                Errno::INVAL
             };
             return Err(err(errno, format!("can only {what} regular files")));
         }
@@ -268,19 +283,21 @@ impl MetaStore {
     }
 
     pub fn readlink(&self, oid: Oid) -> DfsResult<String> {
-        let tx = self.db.begin_read()?;
-        get_inode(&tx.open_table(INODES)?, oid)?;
+        let tx = self.db.begin_read().storage()?;
+        get_inode(&tx.open_table(INODES).storage()?, oid)?;
         let target = tx
-            .open_table(SYMLINKS)?
-            .get(oid)?
+            .open_table(SYMLINKS)
+            .storage()?
+            .get(oid)
+            .storage()?
             .map(|v| v.value().to_string());
-        target.ok_or_else(|| err(Errno::Inval, format!("object {oid:#x} is not a symlink")))
+        target.ok_or_else(|| err(Errno::INVAL, format!("object {oid:#x} is not a symlink")))
     }
 
     /// Records a write: the size (at least `end`), the times, and `growth` more data bytes.
     pub fn record_write(&self, oid: Oid, end: u64, growth: u64) -> DfsResult<()> {
         self.transact(|tx| {
-            let mut ino = get_inode(&tx.open_table(INODES)?, oid)?;
+            let mut ino = get_inode(&tx.open_table(INODES).storage()?, oid)?;
             ino.size = ino.size.max(end);
             let now = Time::now();
             ino.mtime = now;
@@ -292,15 +309,23 @@ impl MetaStore {
 
     /// Data bytes held by the namespace's files, as last recorded.
     pub fn used(&self) -> DfsResult<u64> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db.begin_read().storage()?;
         Ok(tx
-            .open_table(SUPER)?
-            .get(USED_BYTES)?
+            .open_table(SUPER)
+            .storage()?
+            .get(USED_BYTES)
+            .storage()?
             .map_or(0, |v| v.value()))
     }
 
     /// Objects in the namespace (statfs's files).
     pub fn objects(&self) -> DfsResult<u64> {
-        Ok(self.db.begin_read()?.open_table(INODES)?.len()?)
+        self.db
+            .begin_read()
+            .storage()?
+            .open_table(INODES)
+            .storage()?
+            .len()
+            .storage()
     }
 }

@@ -6,38 +6,24 @@
 use super::entries::{entry_key, has_entries};
 use super::{ENTRIES, INODES, MetaStore, NEXT_OID, SUPER, SYMLINKS, adjust_used};
 use super::{get_dir, get_inode, put_inode};
+use crate::namespace::error::StorageResult;
 use crate::namespace::error::{DfsResult, Errno, err};
 use crate::namespace::inode::{Inode, Oid, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, Time};
 use redb::{ReadableTable, WriteTransaction};
 
-/// Longest entry name (NAME_MAX).
-pub const NAME_MAX: usize = 255;
-/// Longest symlink target (PATH_MAX less its NUL).
-pub const SYMLINK_MAX: usize = 4095;
-
-/// EINVAL for a name that is not one path component, ENAMETOOLONG past [`NAME_MAX`].
-pub(crate) fn name_ok(name: &str) -> DfsResult<()> {
-    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
-        return Err(err(Errno::Inval, format!("invalid entry name {name:?}")));
-    }
-    if name.len() > NAME_MAX {
-        return Err(err(
-            Errno::NameTooLong,
-            format!("entry name of {} bytes", name.len()),
-        ));
-    }
-    Ok(())
-}
+pub use dpufs_proto::dfs::{NAME_MAX, SYMLINK_MAX, check_name as name_ok};
 
 /// The inode an entry names, within a transaction.
 fn entry(tx: &WriteTransaction, dir: Oid, name: &str) -> DfsResult<Inode> {
-    let inodes = tx.open_table(INODES)?;
+    let inodes = tx.open_table(INODES).storage()?;
     get_dir(&inodes, dir)?;
     let oid = tx
-        .open_table(ENTRIES)?
-        .get(entry_key(dir, name))?
+        .open_table(ENTRIES)
+        .storage()?
+        .get(entry_key(dir, name))
+        .storage()?
         .map(|v| v.value());
-    let oid = oid.ok_or_else(|| err(Errno::NoEnt, format!("{name:?} not found")))?;
+    let oid = oid.ok_or_else(|| err(Errno::NOENT, format!("{name:?} not found")))?;
     get_inode(&inodes, oid)
 }
 
@@ -51,7 +37,7 @@ fn drop_object(
 ) -> DfsResult<u64> {
     if ino.is_dir() && has_entries(tx, ino.oid)? {
         return Err(err(
-            Errno::NotEmpty,
+            Errno::NOTEMPTY,
             format!("directory {:#x} is not empty", ino.oid),
         ));
     }
@@ -60,15 +46,18 @@ fn drop_object(
         freed = free_data(ino)?;
         adjust_used(tx, -(freed as i64))?;
     }
-    tx.open_table(INODES)?.remove(ino.oid)?;
-    tx.open_table(SYMLINKS)?.remove(ino.oid)?;
+    tx.open_table(INODES).storage()?.remove(ino.oid).storage()?;
+    tx.open_table(SYMLINKS)
+        .storage()?
+        .remove(ino.oid)
+        .storage()?;
     super::xattrs::drop_all(tx, ino.oid)?;
     Ok(freed)
 }
 
 /// Sets a directory's mtime and ctime: its entries changed.
 fn touch(tx: &WriteTransaction, oid: Oid) -> DfsResult<()> {
-    let mut ino = get_inode(&tx.open_table(INODES)?, oid)?;
+    let mut ino = get_inode(&tx.open_table(INODES).storage()?, oid)?;
     let now = Time::now();
     ino.mtime = now;
     ino.ctime = now;
@@ -77,7 +66,7 @@ fn touch(tx: &WriteTransaction, oid: Oid) -> DfsResult<()> {
 
 /// Whether `dir` is `ancestor` or lies below it.
 fn is_ancestor(tx: &WriteTransaction, ancestor: Oid, mut dir: Oid) -> DfsResult<bool> {
-    let inodes = tx.open_table(INODES)?;
+    let inodes = tx.open_table(INODES).storage()?;
     loop {
         if dir == ancestor {
             return Ok(true);
@@ -102,14 +91,14 @@ impl MetaStore {
     ) -> DfsResult<Inode> {
         name_ok(name)?;
         self.transact(|tx| {
-            let mut parent = get_dir(&tx.open_table(INODES)?, dir)?;
-            let mut entries = tx.open_table(ENTRIES)?;
-            if entries.get(entry_key(dir, name))?.is_some() {
-                return Err(err(Errno::Exist, format!("{name:?} exists")));
+            let mut parent = get_dir(&tx.open_table(INODES).storage()?, dir)?;
+            let mut entries = tx.open_table(ENTRIES).storage()?;
+            if entries.get(entry_key(dir, name)).storage()?.is_some() {
+                return Err(err(Errno::EXIST, format!("{name:?} exists")));
             }
-            let mut sup = tx.open_table(SUPER)?;
-            let oid = sup.get(NEXT_OID)?.map_or(ROOT + 1, |v| v.value());
-            sup.insert(NEXT_OID, oid + 1)?;
+            let mut sup = tx.open_table(SUPER).storage()?;
+            let oid = sup.get(NEXT_OID).storage()?.map_or(ROOT + 1, |v| v.value());
+            sup.insert(NEXT_OID, oid + 1).storage()?;
             let now = Time::now();
             let ino = Inode {
                 oid,
@@ -123,9 +112,12 @@ impl MetaStore {
                 parent: dir,
             };
             put_inode(tx, &ino)?;
-            entries.insert(entry_key(dir, name), oid)?;
+            entries.insert(entry_key(dir, name), oid).storage()?;
             if let Some(t) = target {
-                tx.open_table(SYMLINKS)?.insert(oid, t)?;
+                tx.open_table(SYMLINKS)
+                    .storage()?
+                    .insert(oid, t)
+                    .storage()?;
             }
             parent.mtime = now;
             parent.ctime = now;
@@ -152,13 +144,13 @@ impl MetaStore {
         gid: u32,
     ) -> DfsResult<Inode> {
         if target.is_empty() {
-            return Err(err(Errno::NoEnt, "empty symlink target"));
+            return Err(err(Errno::NOENT, "empty symlink target"));
         }
         if target.len() > SYMLINK_MAX || target.contains('\0') {
             let errno = if target.contains('\0') {
-                Errno::Inval
+                Errno::INVAL
             } else {
-                Errno::NameTooLong
+                Errno::NAMETOOLONG
             };
             return Err(err(errno, "symlink target too long or with a NUL"));
         }
@@ -179,13 +171,16 @@ impl MetaStore {
             let victim = entry(tx, dir, name)?;
             match (want_dir, victim.is_dir()) {
                 (true, false) => {
-                    return Err(err(Errno::NotDir, format!("{name:?} is not a directory")));
+                    return Err(err(Errno::NOTDIR, format!("{name:?} is not a directory")));
                 }
-                (false, true) => return Err(err(Errno::IsDir, format!("{name:?} is a directory"))),
+                (false, true) => return Err(err(Errno::ISDIR, format!("{name:?} is a directory"))),
                 _ => {}
             }
             let freed = drop_object(tx, &victim, &mut free_data)?;
-            tx.open_table(ENTRIES)?.remove(entry_key(dir, name))?;
+            tx.open_table(ENTRIES)
+                .storage()?
+                .remove(entry_key(dir, name))
+                .storage()?;
             touch(tx, dir)?;
             Ok(freed)
         })
@@ -203,33 +198,35 @@ impl MetaStore {
     ) -> DfsResult<u64> {
         self.transact(|tx| {
             let mut moving = entry(tx, from_dir, from)?;
-            get_dir(&tx.open_table(INODES)?, to_dir)?;
+            get_dir(&tx.open_table(INODES).storage()?, to_dir)?;
             if moving.is_dir() && is_ancestor(tx, moving.oid, to_dir)? {
-                return Err(err(Errno::Inval, "cannot move a directory into itself"));
+                return Err(err(Errno::INVAL, "cannot move a directory into itself"));
             }
             let mut freed = 0;
             match entry(tx, to_dir, to) {
                 // As renameat2: NOREPLACE refuses any existing target, itself included.
-                Ok(_) if noreplace => return Err(err(Errno::Exist, format!("{to:?} exists"))),
+                Ok(_) if noreplace => return Err(err(Errno::EXIST, format!("{to:?} exists"))),
                 Ok(existing) if existing.oid == moving.oid => return Ok(0),
                 Ok(existing) => {
                     match (moving.is_dir(), existing.is_dir()) {
                         (true, false) => {
-                            return Err(err(Errno::NotDir, format!("{to:?} is not a directory")));
+                            return Err(err(Errno::NOTDIR, format!("{to:?} is not a directory")));
                         }
                         (false, true) => {
-                            return Err(err(Errno::IsDir, format!("{to:?} is a directory")));
+                            return Err(err(Errno::ISDIR, format!("{to:?} is a directory")));
                         }
                         _ => {}
                     }
                     freed = drop_object(tx, &existing, &mut free_data)?;
                 }
-                Err(e) if e.errno == Errno::NoEnt => {}
+                Err(e) if e.errno == Errno::NOENT => {}
                 Err(e) => return Err(e),
             }
-            let mut entries = tx.open_table(ENTRIES)?;
-            entries.remove(entry_key(from_dir, from))?;
-            entries.insert(entry_key(to_dir, to), moving.oid)?;
+            let mut entries = tx.open_table(ENTRIES).storage()?;
+            entries.remove(entry_key(from_dir, from)).storage()?;
+            entries
+                .insert(entry_key(to_dir, to), moving.oid)
+                .storage()?;
             drop(entries);
             moving.parent = to_dir;
             moving.ctime = Time::now();

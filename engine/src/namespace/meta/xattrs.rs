@@ -4,13 +4,14 @@
 
 use super::names::NAME_MAX;
 use super::{INODES, MetaStore, XATTRS, get_inode};
+use crate::namespace::error::StorageResult;
 use crate::namespace::error::{DfsResult, Errno, err};
 use crate::namespace::inode::{Inode, Oid};
 use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
 
-/// Largest value. Linux allows 64 KiB; the engine takes a little less so that a SetXattr
-/// request, name and all, stays within the data service's 64 KiB message limit.
-pub const XATTR_VALUE_MAX: usize = 63 << 10;
+/// Largest value. Linux allows 64 KiB; DFS takes a little less so that a SetXattr request,
+/// name and all, stays within the data service's 64 KiB message limit.
+pub use dpufs_proto::dfs::XATTR_VALUE_MAX;
 
 /// Namespaces a name must start with; `system.` (POSIX ACLs) is not supported by DFS.
 const PREFIXES: [&str; 3] = ["user.", "trusted.", "security."];
@@ -29,14 +30,14 @@ pub enum XattrSet {
 
 fn check_name(name: &str) -> DfsResult<()> {
     if name.is_empty() || name.len() > NAME_MAX {
-        return Err(err(Errno::Range, "attribute name must be 1 to 255 bytes"));
+        return Err(err(Errno::RANGE, "attribute name must be 1 to 255 bytes"));
     }
     if !PREFIXES
         .iter()
         .any(|p| name.starts_with(p) && name.len() > p.len())
     {
         return Err(err(
-            Errno::OpNotSupp,
+            Errno::OPNOTSUPP,
             format!("attribute {name:?} is not in the user, trusted or security namespace"),
         ));
     }
@@ -53,7 +54,7 @@ fn allowed(ino: &Inode, name: &str) -> bool {
 fn may_change(ino: &Inode, name: &str) -> DfsResult<()> {
     if !allowed(ino, name) {
         return Err(err(
-            Errno::Perm,
+            Errno::PERM,
             "user attributes only on files and directories",
         ));
     }
@@ -62,13 +63,15 @@ fn may_change(ino: &Inode, name: &str) -> DfsResult<()> {
 
 /// Removes every attribute of an object that is going away.
 pub(super) fn drop_all(tx: &WriteTransaction, oid: Oid) -> DfsResult<()> {
-    let mut xattrs = tx.open_table(XATTRS)?;
+    let mut xattrs = tx.open_table(XATTRS).storage()?;
     let names: Vec<String> = xattrs
-        .range((oid, "")..(oid + 1, ""))?
+        .range((oid, "")..(oid + 1, ""))
+        .storage()?
         .map(|e| e.map(|(k, _)| k.value().1.to_string()))
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+        .storage()?;
     for n in names {
-        xattrs.remove((oid, n.as_str()))?;
+        xattrs.remove((oid, n.as_str())).storage()?;
     }
     Ok(())
 }
@@ -78,58 +81,67 @@ impl MetaStore {
         check_name(name)?;
         if value.len() > XATTR_VALUE_MAX {
             return Err(err(
-                Errno::TooBig,
+                Errno::TOOBIG,
                 format!("attribute value of {} bytes", value.len()),
             ));
         }
         self.transact(|tx| {
-            may_change(&get_inode(&tx.open_table(INODES)?, oid)?, name)?;
-            let mut xattrs = tx.open_table(XATTRS)?;
-            let exists = xattrs.get((oid, name))?.is_some();
+            may_change(&get_inode(&tx.open_table(INODES).storage()?, oid)?, name)?;
+            let mut xattrs = tx.open_table(XATTRS).storage()?;
+            let exists = xattrs.get((oid, name)).storage()?.is_some();
             match how {
                 XattrSet::Create if exists => {
-                    return Err(err(Errno::Exist, format!("attribute {name:?} exists")));
+                    return Err(err(Errno::EXIST, format!("attribute {name:?} exists")));
                 }
                 XattrSet::Replace if !exists => {
-                    return Err(err(Errno::NoData, format!("no attribute {name:?}")));
+                    return Err(err(Errno::NODATA, format!("no attribute {name:?}")));
                 }
                 _ => {}
             }
-            xattrs.insert((oid, name), value)?;
+            xattrs.insert((oid, name), value).storage()?;
             Ok(())
         })
     }
 
     pub fn getxattr(&self, oid: Oid, name: &str) -> DfsResult<Vec<u8>> {
         check_name(name)?;
-        let tx = self.db.begin_read()?;
-        let ino = get_inode(&tx.open_table(INODES)?, oid)?;
+        let tx = self.db.begin_read().storage()?;
+        let ino = get_inode(&tx.open_table(INODES).storage()?, oid)?;
         let v = tx
-            .open_table(XATTRS)?
-            .get((oid, name))?
+            .open_table(XATTRS)
+            .storage()?
+            .get((oid, name))
+            .storage()?
             .map(|v| v.value().to_vec())
             .filter(|_| allowed(&ino, name));
-        v.ok_or_else(|| err(Errno::NoData, format!("no attribute {name:?}")))
+        v.ok_or_else(|| err(Errno::NODATA, format!("no attribute {name:?}")))
     }
 
     pub fn listxattr(&self, oid: Oid) -> DfsResult<Vec<String>> {
-        let tx = self.db.begin_read()?;
-        get_inode(&tx.open_table(INODES)?, oid)?;
-        let t = tx.open_table(XATTRS)?;
+        let tx = self.db.begin_read().storage()?;
+        get_inode(&tx.open_table(INODES).storage()?, oid)?;
+        let t = tx.open_table(XATTRS).storage()?;
         let names = t
-            .range((oid, "")..(oid + 1, ""))?
+            .range((oid, "")..(oid + 1, ""))
+            .storage()?
             .map(|e| e.map(|(k, _)| k.value().1.to_string()));
-        Ok(names.collect::<Result<_, _>>()?)
+        names.collect::<Result<_, _>>().storage()
     }
 
     pub fn removexattr(&self, oid: Oid, name: &str) -> DfsResult<()> {
         check_name(name)?;
         self.transact(|tx| {
-            may_change(&get_inode(&tx.open_table(INODES)?, oid)?, name)?;
-            if tx.open_table(XATTRS)?.remove((oid, name))?.is_some() {
+            may_change(&get_inode(&tx.open_table(INODES).storage()?, oid)?, name)?;
+            if tx
+                .open_table(XATTRS)
+                .storage()?
+                .remove((oid, name))
+                .storage()?
+                .is_some()
+            {
                 Ok(())
             } else {
-                Err(err(Errno::NoData, format!("no attribute {name:?}")))
+                Err(err(Errno::NODATA, format!("no attribute {name:?}")))
             }
         })
     }

@@ -1,0 +1,527 @@
+use super::*;
+use dpufs_proto::daos::der::Der;
+use std::time::Duration;
+
+fn daos_invalid() -> DaosError {
+    DaosError::Invalid {
+        message: "DER_INVAL(-1003): rd_fac 2 needs more than the pool's 1 fault domains".into(),
+        der: Some(Der::Inval),
+    }
+}
+
+fn daos_unreachable() -> DaosError {
+    DaosError::Unreachable {
+        endpoints: "127.0.0.1:1".into(),
+        cause: "connection refused".into(),
+    }
+}
+
+fn step(source: DaosError) -> (String, DaosError) {
+    ("creating container".into(), source)
+}
+
+/// (error, code, a fragment the message must contain)
+fn table() -> Vec<(CsiError, Code, &'static str)> {
+    use CreateVolumeError as C;
+    use DeleteVolumeError as D;
+    use ExpandVolumeError as E;
+    use ValidateVolumeError as V;
+    let malformed = || VolumeIdError::Malformed {
+        id: "v1/x".into(),
+        reason: "expected 3 parts after v1/, found 1".into(),
+    };
+    let foreign = || VolumeIdError::Foreign("some-id".into());
+    let (s, d) = step(daos_invalid());
+    let (s2, d2) = step(daos_unreachable());
+    vec![
+        // CreateVolume
+        (
+            C::MissingName.into(),
+            Code::InvalidArgument,
+            "needs a volume name",
+        ),
+        (
+            C::InvalidName {
+                name: "a\u{7}".into(),
+                source: NameError::ControlCharacter(7),
+            }
+            .into(),
+            Code::InvalidArgument,
+            "U+0007",
+        ),
+        (
+            C::MissingCapabilities.into(),
+            Code::InvalidArgument,
+            "capability",
+        ),
+        (
+            C::Capability(CapabilityError::Block).into(),
+            Code::InvalidArgument,
+            "block",
+        ),
+        (
+            C::ContentSource.into(),
+            Code::InvalidArgument,
+            "content sources",
+        ),
+        (
+            C::MutableParameters(vec!["qos".into()]).into(),
+            Code::InvalidArgument,
+            "qos",
+        ),
+        (
+            C::Params(ParamError::Unknown(vec!["volumeMode".into()])).into(),
+            Code::InvalidArgument,
+            "\"volumeMode\"",
+        ),
+        (
+            C::Params(ParamError::Invalid {
+                key: "chunkSize".into(),
+                value: "1".into(),
+                reason: "out of range".into(),
+            })
+            .into(),
+            Code::InvalidArgument,
+            "chunkSize",
+        ),
+        (
+            C::Params(ParamError::PoolProvisioning).into(),
+            Code::Unimplemented,
+            "provisioning=pool",
+        ),
+        (
+            C::Capacity(CapacityError::Negative {
+                required: -1,
+                limit: 0,
+            })
+            .into(),
+            Code::OutOfRange,
+            "negative",
+        ),
+        (
+            C::Capacity(CapacityError::RequiredAboveLimit {
+                required: 2,
+                limit: 1,
+            })
+            .into(),
+            Code::OutOfRange,
+            "at most 1",
+        ),
+        (
+            C::Capacity(CapacityError::ExceedsPool {
+                pool: "fast".into(),
+                requested: 10,
+                pool_bytes: 5,
+            })
+            .into(),
+            Code::OutOfRange,
+            "pool \"fast\"",
+        ),
+        (
+            C::Directory(DirectoryError::NoTenant("team-z".into())).into(),
+            Code::FailedPrecondition,
+            "namespace \"team-z\"",
+        ),
+        (
+            C::Directory(DirectoryError::NoDefaultTenant).into(),
+            Code::FailedPrecondition,
+            "--extra-create-metadata",
+        ),
+        (
+            C::Directory(DirectoryError::NoSystem).into(),
+            Code::FailedPrecondition,
+            "no DAOS system",
+        ),
+        (
+            C::Directory(DirectoryError::SeveralSystems(vec!["a".into(), "b".into()])).into(),
+            Code::InvalidArgument,
+            "parameter system",
+        ),
+        (
+            C::Directory(DirectoryError::UnknownSystem("x".into())).into(),
+            Code::FailedPrecondition,
+            "\"x\"",
+        ),
+        (
+            C::Directory(DirectoryError::UnknownPool {
+                system: "s".into(),
+                pool: "p".into(),
+            })
+            .into(),
+            Code::FailedPrecondition,
+            "pool \"p\"",
+        ),
+        (
+            C::Directory(DirectoryError::Unavailable("API down".into())).into(),
+            Code::Unavailable,
+            "API down",
+        ),
+        (
+            C::PoolRequired {
+                tenant: "t".into(),
+                allowed: vec!["a".into(), "b".into()],
+            }
+            .into(),
+            Code::InvalidArgument,
+            "a, b",
+        ),
+        (
+            C::PoolNotAllowed {
+                tenant: "t".into(),
+                pool: "p".into(),
+                allowed: vec!["a".into()],
+            }
+            .into(),
+            Code::PermissionDenied,
+            "may not use pool \"p\"",
+        ),
+        (
+            C::PoolMissing {
+                system: "s".into(),
+                pool: "p".into(),
+                uuid: "u".into(),
+            }
+            .into(),
+            Code::FailedPrecondition,
+            "does not exist",
+        ),
+        (
+            C::Topology {
+                system: "s".into(),
+                requisite: "dpufs.io/daos-system=t".into(),
+            }
+            .into(),
+            Code::ResourceExhausted,
+            "requisite",
+        ),
+        (
+            C::Incompatible {
+                name: "pvc-1".into(),
+                differences: vec!["capacity 1 bytes, asked at least 2".into()],
+            }
+            .into(),
+            Code::AlreadyExists,
+            "capacity 1 bytes",
+        ),
+        (
+            C::InOtherPool {
+                name: "pvc-1".into(),
+                pool: "a".into(),
+                requested: "b".into(),
+            }
+            .into(),
+            Code::AlreadyExists,
+            "pool \"a\"",
+        ),
+        (
+            C::LabelTaken {
+                label: "csi-x".into(),
+                other: "pvc-2".into(),
+            }
+            .into(),
+            Code::Internal,
+            "pvc-2",
+        ),
+        (
+            C::Busy(Busy("volume name \"pvc-1\"".into())).into(),
+            Code::Aborted,
+            "already in progress",
+        ),
+        (
+            C::Daos { step: s, source: d }.into(),
+            Code::InvalidArgument,
+            "rd_fac 2",
+        ),
+        (
+            C::Daos {
+                step: s2,
+                source: d2,
+            }
+            .into(),
+            Code::Unavailable,
+            "connection refused",
+        ),
+        // DeleteVolume
+        (
+            D::MissingId.into(),
+            Code::InvalidArgument,
+            "needs a volume id",
+        ),
+        (
+            D::MalformedId(malformed()).into(),
+            Code::InvalidArgument,
+            "malformed",
+        ),
+        (
+            D::Directory(DirectoryError::UnknownSystem("x".into())).into(),
+            Code::FailedPrecondition,
+            "not configured",
+        ),
+        (
+            D::NotOurs {
+                id: "v1/s/p/c".into(),
+                container: "c".into(),
+                label: "shared".into(),
+            }
+            .into(),
+            Code::FailedPrecondition,
+            "not provisioned by dfs.dpufs.io",
+        ),
+        (
+            D::InUse {
+                id: "v1/s/p/c".into(),
+                message: "open handles".into(),
+            }
+            .into(),
+            Code::FailedPrecondition,
+            "in use",
+        ),
+        (
+            D::Busy(Busy("volume v1/s/p/c".into())).into(),
+            Code::Aborted,
+            "v1/s/p/c",
+        ),
+        (
+            D::Daos {
+                step: "destroying".into(),
+                source: daos_unreachable(),
+            }
+            .into(),
+            Code::Unavailable,
+            "destroying",
+        ),
+        (
+            D::Daos {
+                step: "destroying".into(),
+                source: daos_invalid(),
+            }
+            .into(),
+            Code::Internal,
+            "DER_INVAL",
+        ),
+        // ValidateVolumeCapabilities
+        (V::MissingId.into(), Code::InvalidArgument, "volume id"),
+        (
+            V::MissingCapabilities.into(),
+            Code::InvalidArgument,
+            "capability",
+        ),
+        (
+            V::MalformedId(malformed()).into(),
+            Code::InvalidArgument,
+            "malformed",
+        ),
+        (
+            V::MalformedId(foreign()).into(),
+            Code::NotFound,
+            "not issued",
+        ),
+        (
+            V::NotFound("v1/s/p/c".into()).into(),
+            Code::NotFound,
+            "does not exist",
+        ),
+        (
+            V::Directory(DirectoryError::UnknownSystem("x".into())).into(),
+            Code::FailedPrecondition,
+            "not configured",
+        ),
+        (
+            V::Daos {
+                step: "querying".into(),
+                source: DaosError::Timeout(Duration::from_secs(1), Box::new(daos_unreachable())),
+            }
+            .into(),
+            Code::Unavailable,
+            "querying",
+        ),
+        // ControllerExpandVolume
+        (E::MissingId.into(), Code::InvalidArgument, "volume id"),
+        (
+            E::MissingCapacity.into(),
+            Code::InvalidArgument,
+            "required_bytes",
+        ),
+        (
+            E::MalformedId(malformed()).into(),
+            Code::InvalidArgument,
+            "malformed",
+        ),
+        (
+            E::MalformedId(foreign()).into(),
+            Code::NotFound,
+            "not issued",
+        ),
+        (
+            E::NotFound("v1/s/p/c".into()).into(),
+            Code::NotFound,
+            "does not exist",
+        ),
+        (
+            E::Capability(CapabilityError::FsType("ext4".into())).into(),
+            Code::InvalidArgument,
+            "ext4",
+        ),
+        (
+            E::Capacity(CapacityError::ExceedsPool {
+                pool: "p".into(),
+                requested: 2,
+                pool_bytes: 1,
+            })
+            .into(),
+            Code::OutOfRange,
+            "more than pool",
+        ),
+        (
+            E::NotOurs {
+                id: "v1/s/p/c".into(),
+                container: "c".into(),
+                label: "l".into(),
+            }
+            .into(),
+            Code::FailedPrecondition,
+            "not changed",
+        ),
+        (
+            E::Directory(DirectoryError::Unavailable("x".into())).into(),
+            Code::Unavailable,
+            "cannot be read",
+        ),
+        (
+            E::Busy(Busy("volume v".into())).into(),
+            Code::Aborted,
+            "in progress",
+        ),
+        (
+            E::Daos {
+                step: "setting quota".into(),
+                source: DaosError::NoSpace {
+                    message: "full".into(),
+                    der: None,
+                },
+            }
+            .into(),
+            Code::ResourceExhausted,
+            "setting quota",
+        ),
+        (
+            CsiError::Unimplemented("ListVolumes"),
+            Code::Unimplemented,
+            "ListVolumes",
+        ),
+    ]
+}
+
+#[test]
+fn every_error_has_its_code_an_empty_details_and_a_message() {
+    for (err, code, fragment) in table() {
+        let text = err.to_string();
+        let status = Status::from(err);
+        assert_eq!(status.code(), code, "{text}");
+        assert!(status.details().is_empty(), "{text}");
+        assert!(
+            status.message().contains(fragment),
+            "{:?} lacks {fragment:?}",
+            status.message()
+        );
+    }
+}
+
+#[test]
+fn per_operation_errors_convert_directly() {
+    let s = Status::from(CreateVolumeError::MissingName);
+    assert_eq!(s.code(), Code::InvalidArgument);
+    assert!(s.message().starts_with("CreateVolume: "), "{}", s.message());
+    let s = Status::from(DeleteVolumeError::MissingId);
+    assert!(s.message().starts_with("DeleteVolume: "));
+    let s = Status::from(ValidateVolumeError::MissingId);
+    assert!(s.message().starts_with("ValidateVolumeCapabilities: "));
+    let s = Status::from(ExpandVolumeError::MissingId);
+    assert!(s.message().starts_with("ControllerExpandVolume: "));
+}
+
+#[test]
+fn daos_errors() {
+    for (e, code) in [
+        (
+            DaosError::NotFound {
+                message: "x".into(),
+                der: None,
+            },
+            Code::NotFound,
+        ),
+        (
+            DaosError::Exists {
+                message: "x".into(),
+                der: None,
+            },
+            Code::Aborted,
+        ),
+        (
+            DaosError::NoSpace {
+                message: "x".into(),
+                der: None,
+            },
+            Code::ResourceExhausted,
+        ),
+        (
+            DaosError::PermissionDenied {
+                message: "x".into(),
+                der: None,
+            },
+            Code::PermissionDenied,
+        ),
+        (
+            DaosError::Busy {
+                message: "x".into(),
+                der: None,
+            },
+            Code::Unavailable,
+        ),
+        (daos_unreachable(), Code::Unavailable),
+        (
+            DaosError::NotLeader {
+                leader_hint: String::new(),
+                replicas: vec![],
+            },
+            Code::Unavailable,
+        ),
+        (
+            DaosError::NotReplica { replicas: vec![] },
+            Code::Unavailable,
+        ),
+        (
+            DaosError::Incompatible {
+                message: "x".into(),
+            },
+            Code::FailedPrecondition,
+        ),
+        (DaosError::Config("x".into()), Code::FailedPrecondition),
+        (
+            DaosError::Rpc {
+                code: Code::DeadlineExceeded,
+                message: "x".into(),
+            },
+            Code::Unavailable,
+        ),
+        (
+            DaosError::Rpc {
+                code: Code::DataLoss,
+                message: "x".into(),
+            },
+            Code::Internal,
+        ),
+        // DER_AGAIN: DAOS's own clients retry it.
+        (DaosError::from_der(-1013, "x"), Code::Unavailable),
+        (DaosError::from_der(-1003, "x"), Code::Internal),
+        (
+            DaosError::Der {
+                code: -1999,
+                message: "x".into(),
+            },
+            Code::Internal,
+        ),
+    ] {
+        assert_eq!(daos_code(&e), code, "{e:?}");
+    }
+}
