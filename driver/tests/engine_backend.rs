@@ -149,7 +149,13 @@ fn the_verbs_provider_is_chosen_at_run_time_and_says_when_it_is_not_built() {
     );
     assert!(!common::is_fuse_mount(mnt.path()), "nothing stays mounted");
     let out = Command::new(worker_bin())
-        .args(["worker", "--fabric-provider", "ucx", "--backend", "local:/tmp"])
+        .args([
+            "worker",
+            "--fabric-provider",
+            "ucx",
+            "--backend",
+            "local:/tmp",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
