@@ -38,6 +38,99 @@ enum Cmd {
     /// The CSI controller: the Identity and Controller services on a unix socket, until
     /// SIGINT or SIGTERM.
     Controller(ControllerArgs),
+    /// The CSI node plugin (host mode): the Identity and Node services on a unix socket.
+    /// Adopts the node's mount keeper (or starts one that outlives this process), signs and
+    /// renews the workers' capabilities as the node agent; stops on SIGINT or SIGTERM,
+    /// leaving every staged volume mounted and served.
+    Node(Box<NodeArgs>),
+}
+
+#[derive(Args, Debug)]
+struct NodeArgs {
+    /// The CSI endpoint, unix:///path/to/csi.sock.
+    #[arg(long, env = "CSI_ENDPOINT")]
+    endpoint: String,
+    /// Where the plugin finds DAOS systems (with their data endpoint), pools and tenants
+    /// (JSON, as for the controller; docs/csi.md).
+    #[arg(long)]
+    directory: PathBuf,
+    /// This node's id (the Kubernetes node name).
+    #[arg(long, env = "NODE_ID")]
+    node_id: String,
+    /// The node's state directory: the mount keeper's socket and workers, and the plugin's
+    /// stage records (`csi/`). It must outlive the plugin's container.
+    #[arg(long, default_value = "/var/lib/dpufs")]
+    state_dir: PathBuf,
+    /// The node agent's signing key (PEM, made on first use; the engines trust its public
+    /// half). Default: `<state-dir>/agent.key`.
+    #[arg(long)]
+    agent_key: Option<PathBuf>,
+    /// Lifetime of the capabilities signed for workers; renewed at a third of it.
+    #[arg(long, default_value_t = 3600)]
+    capability_ttl_secs: u64,
+    /// How to start the mount keeper when none answers.
+    #[arg(long, value_enum, default_value = "auto")]
+    keeper_start: KeeperStart,
+    /// `max_volumes_per_node`: volumes (workers) this node stages at most.
+    #[arg(long, default_value_t = 64)]
+    max_volumes: i64,
+    /// Fabric provider of the workers (`soft` or `verbs`).
+    #[arg(long, default_value = "soft")]
+    fabric_provider: ProviderKind,
+    /// The node's software fabric device (soft provider).
+    #[arg(long, default_value = "dpufs-node")]
+    fabric_device: String,
+    /// The software device directory (default: $DPUFS_FABRIC_DIR, else /dev/shm/dpufs-fabric).
+    #[arg(long)]
+    fabric_dir: Option<PathBuf>,
+}
+
+fn node(a: NodeArgs) -> Result<()> {
+    use dpufs_csi::csi::node::agent::NodeAgent;
+    let directory = std::sync::Arc::new(dpufs_csi::csi::StaticDirectory::from_file(&a.directory)?);
+    let key = a
+        .agent_key
+        .clone()
+        .unwrap_or_else(|| a.state_dir.join("agent.key"));
+    let agent = NodeAgent::load(&key, Duration::from_secs(a.capability_ttl_secs))
+        .map_err(anyhow::Error::msg)?;
+    let binary = std::env::current_exe().context("this binary's path")?;
+    let found = ensure_keeper(&a.state_dir, &binary, a.keeper_start)?;
+    tracing::info!(?found, state_dir = %a.state_dir.display(), "mount keeper");
+    let mut worker_args = vec![
+        "--fabric-provider".to_string(),
+        a.fabric_provider.to_string(),
+        "--fabric-device".to_string(),
+        a.fabric_device.clone(),
+    ];
+    if let Some(dir) = &a.fabric_dir {
+        worker_args.extend(["--fabric-dir".to_string(), dir.display().to_string()]);
+    }
+    let config = dpufs_csi::csi::NodeConfig {
+        node_id: a.node_id.clone(),
+        state_dir: a.state_dir.clone(),
+        max_volumes: a.max_volumes,
+        worker_args,
+        agent: agent.clone(),
+    };
+    let service = dpufs_csi::csi::NodeService::new(config, directory);
+    let records = service.records_dir();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(async move {
+            let renewals = tokio::spawn(agent.renew_forever(records));
+            let served = dpufs_csi::csi::server::serve_node_until(
+                &a.endpoint,
+                service,
+                || true,
+                dpufs_csi::csi::server::stop_signal(),
+            )
+            .await;
+            renewals.abort();
+            served
+        })?;
+    Ok(())
 }
 
 #[derive(Args, Debug)]
@@ -351,6 +444,7 @@ fn main() {
         Cmd::Keeper(a) => keeper(a),
         Cmd::Launcher(a) => launcher(a),
         Cmd::Controller(a) => controller(a),
+        Cmd::Node(a) => node(*a),
     };
     if let Err(e) = r {
         eprintln!("dpufs-csi: {e:#}");

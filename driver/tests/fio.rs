@@ -6,11 +6,8 @@
 
 mod common;
 
-use common::{EngineBacking, FIO, WorkerProc, can_mount, fio_available, tempdir};
-use serde_json::Value;
+use common::{EngineBacking, WorkerProc, can_mount, fio_available, tempdir, write_and_verify};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
-use std::process::Command;
 
 /// Sequential 1 MiB writes.
 const SEQUENTIAL: &[&str] = &[
@@ -52,61 +49,6 @@ const SPARSE: &[&str] = &[
     // a sparse file is one nobody reserved.
     "--fallocate=none",
 ];
-
-/// Runs fio on `dir` and checks that it succeeded with no job error.
-fn fio(dir: &Path, args: &[&str]) -> Value {
-    let out = Command::new(FIO)
-        .arg(format!("--directory={}", dir.display()))
-        // No verify state files in the working directory.
-        .args([
-            "--output-format=json",
-            "--group_reporting=0",
-            "--verify_state_save=0",
-        ])
-        .args(args)
-        .output()
-        .expect("run fio");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "fio {args:?} failed ({}):\n{stderr}\n{stdout}",
-        out.status
-    );
-    // fio may print notes before the JSON document.
-    let json = &stdout[stdout.find('{').expect("fio JSON")..];
-    let v: Value = serde_json::from_str(json).expect("fio JSON");
-    for job in v["jobs"].as_array().expect("jobs") {
-        assert_eq!(job["error"], 0, "fio job failed: {job}");
-    }
-    v
-}
-
-/// Writes with `job` (plus fio's own verify), then reads everything back with direct reads
-/// that check each block's checksum. (A read job with `verify` set checks every block it
-/// reads; `--verify_only` would not do: fio unlinks a write job's file before it starts.)
-fn write_and_verify(dir: &Path, job: &[&str]) {
-    let mut write = job.to_vec();
-    write.extend(["--verify=crc32c", "--do_verify=1", "--end_fsync=1"]);
-    fio(dir, &write);
-    let mut verify: Vec<String> = job
-        .iter()
-        .map(|a| match a.strip_prefix("--rw=") {
-            Some(rw) => format!("--rw={}", rw.replace("write", "read")),
-            None => a.to_string(),
-        })
-        .collect();
-    verify.extend(["--verify=crc32c".into(), "--direct=1".into()]);
-    let verify: Vec<&str> = verify.iter().map(String::as_str).collect();
-    let v = fio(dir, &verify);
-    let read: u64 = v["jobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|j| j["read"]["io_bytes"].as_u64().unwrap())
-        .sum();
-    assert!(read > 0, "the verify pass read the data back");
-}
 
 fn worker() -> (tempfile::TempDir, WorkerProc) {
     let backing = tempdir("dpufs-fio-backing-");

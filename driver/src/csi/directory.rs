@@ -24,6 +24,9 @@ pub struct SystemClients {
     pub name: String,
     pub mgmt: MgmtClient,
     pub containers: Arc<dyn ContainerAdmin>,
+    /// Where nodes reach the system's DFS data service (the embedded engine's fabric
+    /// address); `None` when the directory does not know one.
+    pub data_endpoint: Option<std::net::SocketAddr>,
 }
 
 impl std::fmt::Debug for SystemClients {
@@ -146,6 +149,10 @@ pub struct StaticSystem {
     /// How long one DAOS call may take, retries included (default 30).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_timeout_seconds: Option<u64>,
+    /// The engine's fabric data service, `ip:port` (what `dpufs-engine` writes to
+    /// `fabric.addr`): where node plugins' workers mount volumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_endpoint: Option<std::net::SocketAddr>,
 }
 
 fn default_system_name() -> String {
@@ -191,6 +198,7 @@ impl StaticDirectory {
             name: sys.name.clone(),
             containers: Arc::new(EngineContainers::new(&mgmt)),
             mgmt,
+            data_endpoint: sys.data_endpoint,
         };
         Ok(StaticDirectory { config, clients })
     }

@@ -190,6 +190,105 @@ pub enum ExpandVolumeError {
     Daos { step: String, source: DaosError },
 }
 
+/// NodeStageVolume and NodeUnstageVolume.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error("{0} needs a volume id")]
+    MissingId(&'static str),
+    #[error("{0} needs a staging target path")]
+    MissingStagingPath(&'static str),
+    #[error("NodeStageVolume needs a volume capability")]
+    MissingCapability,
+    #[error("{0}")]
+    Capability(#[from] CapabilityError),
+    #[error("{0}")]
+    MalformedId(VolumeIdError),
+    #[error("volume {0} does not exist")]
+    NotFound(String),
+    #[error(
+        "container {container} in volume {id} was not provisioned by dfs.dpufs.io (it has no request record); static volumes of other containers are not supported"
+    )]
+    NotOurs { id: String, container: String },
+    #[error("volume {id} is staged at {at}, not at {asked}")]
+    StagedElsewhere {
+        id: String,
+        at: String,
+        asked: String,
+    },
+    #[error("volume {id} is staged for {staged}; a stage for {asked} needs it unstaged first")]
+    OtherAccess {
+        id: String,
+        staged: &'static str,
+        asked: &'static str,
+    },
+    #[error("this node already has {max} volumes staged (max_volumes_per_node)")]
+    TooManyVolumes { max: i64 },
+    #[error("DAOS system {0:?} has no data endpoint configured: nodes cannot reach its volumes")]
+    NoDataEndpoint(String),
+    #[error("{0}")]
+    Directory(#[from] DirectoryError),
+    #[error("{0}")]
+    Busy(#[from] Busy),
+    #[error("{step}: {source}")]
+    Daos { step: String, source: DaosError },
+    #[error("{step}: {detail}")]
+    Node { step: String, detail: String },
+}
+
+/// NodePublishVolume and NodeUnpublishVolume.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error("{0} needs a volume id")]
+    MissingId(&'static str),
+    #[error("NodePublishVolume needs a staging target path")]
+    MissingStagingPath,
+    #[error("{0} needs a target path")]
+    MissingTargetPath(&'static str),
+    #[error("NodePublishVolume needs a volume capability")]
+    MissingCapability,
+    #[error("{0}")]
+    Capability(#[from] CapabilityError),
+    #[error("volume {id} is not staged at {staging}; NodeStageVolume first")]
+    NotStaged { id: String, staging: String },
+    #[error(
+        "namespace {namespace:?} belongs to tenant {tenant:?}, but volume {id} belongs to tenant {owner:?}"
+    )]
+    OtherTenant {
+        id: String,
+        namespace: String,
+        tenant: String,
+        owner: String,
+    },
+    #[error("the pod's namespace may not use volume {id}: {source}")]
+    NoTenant { id: String, source: DirectoryError },
+    #[error(
+        "{target} is already a mount of volume {id} {}; publish it there with the same settings",
+        if *.read_only { "read-only" } else { "read-write" }
+    )]
+    Incompatible {
+        id: String,
+        target: String,
+        read_only: bool,
+    },
+    #[error("{target} is already mounted by something else")]
+    TargetInUse { target: String },
+    #[error("{0}")]
+    Busy(#[from] Busy),
+    #[error("{step}: {detail}")]
+    Node { step: String, detail: String },
+}
+
+/// NodeGetVolumeStats.
+#[derive(Debug, thiserror::Error)]
+pub enum StatsError {
+    #[error("NodeGetVolumeStats needs a volume id")]
+    MissingId,
+    #[error("NodeGetVolumeStats needs a volume path")]
+    MissingPath,
+    #[error("{path} is not a staged or published path of volume {id} on this node")]
+    NotFound { id: String, path: String },
+}
+
 /// Every error a CSI call of this driver can end with.
 #[derive(Debug, thiserror::Error)]
 pub enum CsiError {
@@ -201,6 +300,12 @@ pub enum CsiError {
     ValidateVolume(#[from] ValidateVolumeError),
     #[error("ControllerExpandVolume: {0}")]
     ExpandVolume(#[from] ExpandVolumeError),
+    #[error("{0}")]
+    Stage(#[from] StageError),
+    #[error("{0}")]
+    Publish(#[from] PublishError),
+    #[error("NodeGetVolumeStats: {0}")]
+    Stats(#[from] StatsError),
     #[error("{0} is not implemented by dfs.dpufs.io (not in its capabilities)")]
     Unimplemented(&'static str),
 }
@@ -265,8 +370,54 @@ impl CsiError {
                 E::Busy(_) => Code::Aborted,
                 E::Daos { source, .. } => daos_code(source),
             },
+            CsiError::Stage(e) => stage_code(e),
+            CsiError::Publish(e) => publish_code(e),
+            CsiError::Stats(e) => match e {
+                StatsError::MissingId | StatsError::MissingPath => Code::InvalidArgument,
+                StatsError::NotFound { .. } => Code::NotFound,
+            },
             CsiError::Unimplemented(_) => Code::Unimplemented,
         }
+    }
+}
+
+fn stage_code(e: &StageError) -> Code {
+    use StageError as S;
+    match e {
+        S::MissingId(_) | S::MissingStagingPath(_) | S::MissingCapability | S::Capability(_) => {
+            Code::InvalidArgument
+        }
+        S::MalformedId(VolumeIdError::Foreign(_)) | S::NotFound(_) => Code::NotFound,
+        S::MalformedId(_) => Code::InvalidArgument,
+        S::NotOurs { .. } | S::NoDataEndpoint(_) | S::StagedElsewhere { .. } => {
+            Code::FailedPrecondition
+        }
+        S::OtherAccess { .. } => Code::AlreadyExists,
+        S::TooManyVolumes { .. } => Code::ResourceExhausted,
+        S::Directory(d) => directory_code(d),
+        S::Busy(_) => Code::Aborted,
+        S::Daos {
+            source: DaosError::NotFound { .. },
+            ..
+        } => Code::NotFound,
+        S::Daos { source, .. } => daos_code(source),
+        S::Node { .. } => Code::Internal,
+    }
+}
+
+fn publish_code(e: &PublishError) -> Code {
+    use PublishError as P;
+    match e {
+        P::MissingId(_)
+        | P::MissingStagingPath
+        | P::MissingTargetPath(_)
+        | P::MissingCapability
+        | P::Capability(_) => Code::InvalidArgument,
+        P::NotStaged { .. } | P::TargetInUse { .. } => Code::FailedPrecondition,
+        P::OtherTenant { .. } | P::NoTenant { .. } => Code::PermissionDenied,
+        P::Incompatible { .. } => Code::AlreadyExists,
+        P::Busy(_) => Code::Aborted,
+        P::Node { .. } => Code::Internal,
     }
 }
 
@@ -328,7 +479,10 @@ into_status!(
     CreateVolumeError,
     DeleteVolumeError,
     ValidateVolumeError,
-    ExpandVolumeError
+    ExpandVolumeError,
+    StageError,
+    PublishError,
+    StatsError
 );
 
 #[cfg(test)]

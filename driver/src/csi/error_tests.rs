@@ -33,7 +33,7 @@ fn table() -> Vec<(CsiError, Code, &'static str)> {
     let foreign = || VolumeIdError::Foreign("some-id".into());
     let (s, d) = step(daos_invalid());
     let (s2, d2) = step(daos_unreachable());
-    vec![
+    let mut rows = vec![
         // CreateVolume
         (
             C::MissingName.into(),
@@ -408,6 +408,165 @@ fn table() -> Vec<(CsiError, Code, &'static str)> {
             CsiError::Unimplemented("ListVolumes"),
             Code::Unimplemented,
             "ListVolumes",
+        ),
+    ];
+    rows.extend(node_table());
+    rows
+}
+
+/// The Node service's rows (docs/csi.md, "Node errors").
+fn node_table() -> Vec<(CsiError, Code, &'static str)> {
+    use PublishError as P;
+    use StageError as S;
+    let id = || "v1/daos_server/p/c".to_string();
+    let node = |step: &str| S::Node {
+        step: step.into(),
+        detail: "EIO".into(),
+    };
+    vec![
+        (
+            S::MissingId("NodeStageVolume").into(),
+            Code::InvalidArgument,
+            "needs a volume id",
+        ),
+        (
+            S::MissingStagingPath("NodeUnstageVolume").into(),
+            Code::InvalidArgument,
+            "staging",
+        ),
+        (
+            S::MissingCapability.into(),
+            Code::InvalidArgument,
+            "capability",
+        ),
+        (
+            S::Capability(CapabilityError::Block).into(),
+            Code::InvalidArgument,
+            "block",
+        ),
+        (
+            S::MalformedId(VolumeIdError::Foreign("x".into())).into(),
+            Code::NotFound,
+            "x",
+        ),
+        (S::NotFound(id()).into(), Code::NotFound, "does not exist"),
+        (
+            S::NotOurs {
+                id: id(),
+                container: "c".into(),
+            }
+            .into(),
+            Code::FailedPrecondition,
+            "not provisioned",
+        ),
+        (
+            S::StagedElsewhere {
+                id: id(),
+                at: "/a".into(),
+                asked: "/b".into(),
+            }
+            .into(),
+            Code::FailedPrecondition,
+            "staged at /a",
+        ),
+        (
+            S::OtherAccess {
+                id: id(),
+                staged: "reading only",
+                asked: "reading and writing",
+            }
+            .into(),
+            Code::AlreadyExists,
+            "unstaged first",
+        ),
+        (
+            S::TooManyVolumes { max: 2 }.into(),
+            Code::ResourceExhausted,
+            "2 volumes",
+        ),
+        (
+            S::NoDataEndpoint("s".into()).into(),
+            Code::FailedPrecondition,
+            "data endpoint",
+        ),
+        (
+            S::Daos {
+                step: "reading the attributes".into(),
+                source: DaosError::NotFound {
+                    message: "gone".into(),
+                    der: None,
+                },
+            }
+            .into(),
+            Code::NotFound,
+            "gone",
+        ),
+        (node("mounting").into(), Code::Internal, "mounting"),
+        (
+            P::MissingTargetPath("NodePublishVolume").into(),
+            Code::InvalidArgument,
+            "target",
+        ),
+        (
+            P::NotStaged {
+                id: id(),
+                staging: "/s".into(),
+            }
+            .into(),
+            Code::FailedPrecondition,
+            "NodeStageVolume first",
+        ),
+        (
+            P::OtherTenant {
+                id: id(),
+                namespace: "ns-b".into(),
+                tenant: "team-b".into(),
+                owner: "team-a".into(),
+            }
+            .into(),
+            Code::PermissionDenied,
+            "belongs to tenant \"team-a\"",
+        ),
+        (
+            P::NoTenant {
+                id: id(),
+                source: DirectoryError::NoTenant("ns-z".into()),
+            }
+            .into(),
+            Code::PermissionDenied,
+            "ns-z",
+        ),
+        (
+            P::Incompatible {
+                id: id(),
+                target: "/t".into(),
+                read_only: true,
+            }
+            .into(),
+            Code::AlreadyExists,
+            "read-only",
+        ),
+        (
+            P::TargetInUse {
+                target: "/t".into(),
+            }
+            .into(),
+            Code::FailedPrecondition,
+            "/t",
+        ),
+        (
+            StatsError::MissingPath.into(),
+            Code::InvalidArgument,
+            "volume path",
+        ),
+        (
+            StatsError::NotFound {
+                id: id(),
+                path: "/t".into(),
+            }
+            .into(),
+            Code::NotFound,
+            "not a staged or published path",
         ),
     ]
 }

@@ -13,9 +13,11 @@ use dpufs_proto::csi::v1::{
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
-/// The Identity service of a plugin that runs the Controller service.
+/// The Identity service of a plugin: the controller plugin's (with the Controller service) or
+/// the node plugin's.
 pub struct IdentityService {
     ready: Arc<dyn Fn() -> bool + Send + Sync>,
+    controller: bool,
 }
 
 impl std::fmt::Debug for IdentityService {
@@ -31,6 +33,15 @@ impl IdentityService {
     pub fn new(ready: impl Fn() -> bool + Send + Sync + 'static) -> IdentityService {
         IdentityService {
             ready: Arc::new(ready),
+            controller: true,
+        }
+    }
+
+    /// The node plugin's: no Controller service.
+    pub fn node(ready: impl Fn() -> bool + Send + Sync + 'static) -> IdentityService {
+        IdentityService {
+            ready: Arc::new(ready),
+            controller: false,
         }
     }
 
@@ -71,8 +82,15 @@ impl Identity for IdentityService {
         &self,
         _: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        let mut capabilities = IdentityService::capabilities();
+        if !self.controller {
+            use plugin_capability::{Type, service};
+            let controller = service::Type::ControllerService as i32;
+            capabilities
+                .retain(|c| !matches!(&c.r#type, Some(Type::Service(s)) if s.r#type == controller));
+        }
         Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities: IdentityService::capabilities(),
+            capabilities,
         }))
     }
 

@@ -22,6 +22,7 @@ pub mod error;
 pub mod identity;
 pub mod label;
 mod locks;
+pub mod node;
 pub mod params;
 pub mod server;
 pub mod volume_id;
@@ -29,6 +30,7 @@ pub mod volume_id;
 pub use controller::ControllerService;
 pub use directory::{Directory, PoolRef, StaticConfig, StaticDirectory, SystemClients, Tenant};
 pub use identity::IdentityService;
+pub use node::{NodeConfig, NodeService};
 pub use server::{ServeError, parse_endpoint, serve_controller, serve_controller_until};
 pub use volume_id::VolumeId;
 
@@ -37,3 +39,6 @@ pub const DRIVER_NAME: &str = "dfs.dpufs.io";
 
 /// The topology key of a volume's DAOS system: the only segment volumes carry.
 pub const TOPOLOGY_SYSTEM_KEY: &str = "dpufs.io/daos-system";
+
+/// The topology key of a node (NodeGetInfo only; never on a volume, which would pin it).
+pub const TOPOLOGY_NODE_KEY: &str = "dpufs.io/node";

@@ -4,8 +4,10 @@
 use crate::csi::controller::ControllerService;
 use crate::csi::directory::Directory;
 use crate::csi::identity::IdentityService;
+use crate::csi::node::NodeService;
 use dpufs_proto::csi::v1::controller_server::ControllerServer;
 use dpufs_proto::csi::v1::identity_server::IdentityServer;
+use dpufs_proto::csi::v1::node_server::NodeServer;
 use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -123,7 +125,39 @@ pub async fn serve_controller_until(
     Ok(served?)
 }
 
-async fn stop_signal() {
+/// Serves Identity and Node on `endpoint` until `shutdown` completes; removes the socket
+/// file afterwards. Identity's Probe reports `ready` (the plugin's own state only).
+pub async fn serve_node_until(
+    endpoint: &str,
+    node: NodeService,
+    ready: impl Fn() -> bool + Send + Sync + 'static,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let path = parse_endpoint(endpoint)?;
+    let listener = bind(&path)?;
+    tracing::info!(
+        endpoint,
+        driver = crate::csi::DRIVER_NAME,
+        "serving CSI Identity and Node"
+    );
+    let identity = IdentityService::node(ready);
+    let served = tonic::transport::Server::builder()
+        .layer(CallLogLayer)
+        .add_service(IdentityServer::new(identity))
+        .add_service(NodeServer::new(node))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .await;
+    let _ = std::fs::remove_file(&path);
+    tracing::info!(endpoint, "CSI server stopped");
+    Ok(served?)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn stop_signal() {
+    stop_signal_inner().await
+}
+
+async fn stop_signal_inner() {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {

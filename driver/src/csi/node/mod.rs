@@ -1,0 +1,183 @@
+//! The Node service (host mode): a volume is staged once per node — its own worker, its own
+//! tenant session and a capability this plugin signs as the node agent, mounted at the
+//! staging path through the node's mount keeper — and bind-mounted into each pod that uses
+//! it, after checking that the pod's namespace belongs to the volume's tenant.
+//!
+//! The plugin keeps what it staged in `<state-dir>/csi/` ([`record`]); the keeper keeps the
+//! mounts and workers. Both outlive the plugin's process: a restarted plugin adopts the
+//! keeper and answers a repeated stage or publish from what is there, starting no second
+//! worker.
+
+pub mod agent;
+pub mod mounts;
+mod publish;
+pub mod record;
+mod stage;
+mod stats;
+
+use crate::csi::directory::Directory;
+use crate::csi::error::CsiError;
+use crate::csi::locks::VolumeLocks;
+use crate::csi::{TOPOLOGY_NODE_KEY, TOPOLOGY_SYSTEM_KEY};
+use crate::keeper::Keeper;
+use agent::NodeAgent;
+use dpufs_proto::csi::v1::{
+    self as csi, NodeServiceCapability, Topology, VolumeCapability, node_server::Node,
+    node_service_capability, volume_capability,
+};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// How a node plugin runs.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// This node's id (the Kubernetes node name), ≤ 128 bytes.
+    pub node_id: String,
+    /// The mount keeper's state directory; the plugin's own records go to `csi/` in it.
+    pub state_dir: PathBuf,
+    /// `max_volumes_per_node`: how many volumes (workers) this node stages at most.
+    pub max_volumes: i64,
+    /// Arguments every worker gets besides its backend and capability (the fabric provider
+    /// and device).
+    pub worker_args: Vec<String>,
+    pub agent: NodeAgent,
+}
+
+/// The Node service.
+pub struct NodeService {
+    config: NodeConfig,
+    dir: Arc<dyn Directory>,
+    locks: VolumeLocks,
+}
+
+impl std::fmt::Debug for NodeService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeService")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeService {
+    pub fn new(config: NodeConfig, dir: Arc<dyn Directory>) -> NodeService {
+        NodeService {
+            config,
+            dir,
+            locks: VolumeLocks::default(),
+        }
+    }
+
+    /// Where the plugin's records and capability files are.
+    pub fn records_dir(&self) -> PathBuf {
+        self.config.state_dir.join("csi")
+    }
+
+    fn keeper_socket(&self) -> PathBuf {
+        Keeper::socket(&self.config.state_dir)
+    }
+
+    /// The capabilities this Node service really implements.
+    pub fn capabilities() -> Vec<NodeServiceCapability> {
+        use node_service_capability::{Rpc, Type, rpc};
+        [
+            rpc::Type::StageUnstageVolume,
+            rpc::Type::GetVolumeStats,
+            rpc::Type::VolumeCondition,
+        ]
+        .into_iter()
+        .map(|t| NodeServiceCapability {
+            r#type: Some(Type::Rpc(Rpc { r#type: t as i32 })),
+        })
+        .collect()
+    }
+
+    async fn info(&self) -> Result<csi::NodeGetInfoResponse, CsiError> {
+        let mut segments = std::collections::HashMap::new();
+        segments.insert(TOPOLOGY_NODE_KEY.to_string(), self.config.node_id.clone());
+        // A node reaches the systems its directory knows; a volume's topology names only
+        // its system, so the node segment never pins a volume to one node.
+        if let Ok(system) = self.dir.default_system().await {
+            segments.insert(TOPOLOGY_SYSTEM_KEY.to_string(), system);
+        }
+        Ok(csi::NodeGetInfoResponse {
+            node_id: self.config.node_id.clone(),
+            max_volumes_per_node: self.config.max_volumes,
+            accessible_topology: Some(Topology { segments }),
+        })
+    }
+}
+
+/// Whether a capability only reads: its access mode lets no one write.
+fn reader_only(cap: &VolumeCapability) -> bool {
+    use volume_capability::access_mode::Mode;
+    cap.access_mode
+        .as_ref()
+        .and_then(|m| Mode::try_from(m.mode).ok())
+        .is_some_and(|m| matches!(m, Mode::SingleNodeReaderOnly | Mode::MultiNodeReaderOnly))
+}
+
+#[tonic::async_trait]
+impl Node for NodeService {
+    async fn node_stage_volume(
+        &self,
+        req: Request<csi::NodeStageVolumeRequest>,
+    ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
+        self.stage(req.into_inner()).await?;
+        Ok(Response::new(csi::NodeStageVolumeResponse {}))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        req: Request<csi::NodeUnstageVolumeRequest>,
+    ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
+        self.unstage(req.into_inner()).await?;
+        Ok(Response::new(csi::NodeUnstageVolumeResponse {}))
+    }
+
+    async fn node_publish_volume(
+        &self,
+        req: Request<csi::NodePublishVolumeRequest>,
+    ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
+        self.publish(req.into_inner()).await?;
+        Ok(Response::new(csi::NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        req: Request<csi::NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
+        self.unpublish(req.into_inner()).await?;
+        Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        req: Request<csi::NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
+        Ok(Response::new(self.stats(req.into_inner()).await?))
+    }
+
+    async fn node_expand_volume(
+        &self,
+        _: Request<csi::NodeExpandVolumeRequest>,
+    ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
+        Err(CsiError::Unimplemented("NodeExpandVolume").into())
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _: Request<csi::NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
+        Ok(Response::new(csi::NodeGetCapabilitiesResponse {
+            capabilities: NodeService::capabilities(),
+        }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Request<csi::NodeGetInfoRequest>,
+    ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
+        Ok(Response::new(self.info().await?))
+    }
+}

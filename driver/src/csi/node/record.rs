@@ -1,0 +1,137 @@
+//! What the node plugin remembers of a staged volume, one JSON file per volume in
+//! `<state-dir>/csi/`: written before the mount and removed after the unmount, so a plugin
+//! that restarts (or crashed half-way) knows every volume it staged, whose it is, and which
+//! keeper volume and capability file belong to it.
+
+use crate::csi::volume_id::VolumeId;
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// A staged volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StagedVolume {
+    pub volume_id: String,
+    pub staging_path: PathBuf,
+    /// The DaosTenant the volume belongs to (from the container, not from the request).
+    pub tenant: String,
+    /// Its DAOS principal, which the capability asserts.
+    pub principal: String,
+    pub pool: String,
+    pub container: String,
+    /// Staged for reading only (a reader-only access mode): the capability grants no writes.
+    pub read_only: bool,
+}
+
+/// The files of one volume under the state directory, named by a digest of its id (ids may
+/// hold any character a file name cannot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeFiles {
+    /// The keeper's name for the volume.
+    pub keeper_volume: String,
+    pub record: PathBuf,
+    pub capability: PathBuf,
+}
+
+impl VolumeFiles {
+    /// The files of `id` under `dir` (`<state-dir>/csi`).
+    pub fn of(dir: &Path, id: &VolumeId) -> VolumeFiles {
+        let digest = openssl::sha::sha256(id.to_string().as_bytes());
+        let key: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+        VolumeFiles {
+            keeper_volume: format!("csi-{key}"),
+            record: dir.join(format!("{key}.json")),
+            capability: dir.join(format!("{key}.cap")),
+        }
+    }
+}
+
+/// Writes `data` to `path` through a temporary file and a rename, mode 0600: a reader (the
+/// worker re-reading its capability, a restarted plugin) never sees half of it.
+pub fn write_private(path: &Path, data: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+impl StagedVolume {
+    /// Reads a record; `None` when there is none.
+    pub fn load(path: &Path) -> io::Result<Option<StagedVolume>> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn save(&self, path: &Path) -> io::Result<()> {
+        let json = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
+        write_private(path, &json)
+    }
+
+    /// Every record in `dir`.
+    pub fn all(dir: &Path) -> io::Result<Vec<StagedVolume>> {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(e),
+        };
+        let mut out = vec![];
+        for entry in entries {
+            let path = entry?.path();
+            if path.extension().is_some_and(|x| x == "json")
+                && let Some(v) = StagedVolume::load(&path)?
+            {
+                out.push(v);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_files_are_named_by_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let id: VolumeId = VolumeId::parse(
+            "v1/daos_server/6f1c2d1e-3a4b-4c5d-8e9f-0a1b2c3d4e5f/0b8a9c55-1d2e-4f60-9a7b-8c9d0e1f2a3b",
+        )
+        .unwrap();
+        let files = VolumeFiles::of(dir.path(), &id);
+        assert!(files.keeper_volume.starts_with("csi-") && files.keeper_volume.len() == 28);
+        assert_eq!(StagedVolume::load(&files.record).unwrap(), None);
+        let v = StagedVolume {
+            volume_id: id.to_string(),
+            staging_path: "/var/lib/kubelet/x/globalmount".into(),
+            tenant: "team-a".into(),
+            principal: "team-a@".into(),
+            pool: id.pool.to_string(),
+            container: id.container.to_string(),
+            read_only: false,
+        };
+        v.save(&files.record).unwrap();
+        assert_eq!(StagedVolume::load(&files.record).unwrap(), Some(v.clone()));
+        assert_eq!(StagedVolume::all(dir.path()).unwrap(), vec![v]);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&files.record)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}

@@ -1,0 +1,495 @@
+//! The CSI Node service end to end, as kubelet and the external-provisioner drive it: a real
+//! engine process with its fabric data service, `dpufs-csi controller` and `dpufs-csi node`
+//! processes on unix sockets, the node's mount keeper, real FUSE mounts and fio.
+//!
+//! CreateVolume → NodeStage → NodePublish for two pods (one read-only) → fio with crc32c
+//! verify through both → NodeGetVolumeStats → unpublish both → NodeUnstage → DeleteVolume,
+//! and afterwards no mount, no worker, no container and no stage record are left. A pod of
+//! another tenant's namespace is refused at NodePublish and gets nothing mounted; a
+//! container the driver did not provision is refused at NodeStage.
+
+mod common;
+
+use common::{can_mount, fio_available, tempdir, wait_until, write_and_verify};
+use dpufs_csi::keeper::Keeper;
+use dpufs_daos::{ContainerAdmin, EngineContainers};
+use dpufs_e2e::volume::EngineVolume;
+use dpufs_proto::csi::v1::controller_client::ControllerClient;
+use dpufs_proto::csi::v1::identity_client::IdentityClient;
+use dpufs_proto::csi::v1::node_client::NodeClient;
+use dpufs_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+use dpufs_proto::csi::v1::{self as csi, VolumeCapability, volume_usage::Unit};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint};
+
+const MIB: i64 = 1 << 20;
+
+/// An engine volume (its pool is the directory's pool `fast`), the keeper, and the
+/// controller and node plugins as processes, with clients on their sockets.
+struct Bed {
+    vol: EngineVolume,
+    dir: tempfile::TempDir,
+    state: PathBuf,
+    keeper: Child,
+    plugins: Vec<Child>,
+    ctl: ControllerClient<Channel>,
+    node: NodeClient<Channel>,
+    ident: IdentityClient<Channel>,
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        for p in self.plugins.iter_mut().chain([&mut self.keeper]) {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+        // Whatever a failed test left mounted under the bed.
+        let text = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        for line in text.lines() {
+            if let Some(mp) = line.split(' ').nth(1)
+                && Path::new(mp).starts_with(self.dir.path())
+            {
+                common::force_unmount(Path::new(mp));
+            }
+        }
+    }
+}
+
+async fn connect(socket: &Path) -> Channel {
+    let socket = socket.to_path_buf();
+    wait_until("the plugin socket", || socket.exists());
+    Endpoint::from_static("http://csi.sock")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let socket = socket.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(socket).await?,
+                ))
+            }
+        }))
+        .await
+        .expect("connect to the plugin")
+}
+
+fn plugin(args: &[&str], extra: &[PathBuf]) -> Child {
+    Command::new(common::worker_bin())
+        .args(args)
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn the plugin")
+}
+
+impl Bed {
+    async fn new() -> Bed {
+        let vol = tokio::task::spawn_blocking(|| EngineVolume::start(1, 2 << 30))
+            .await
+            .unwrap();
+        let dir = tempdir("dpufs-csi-node-");
+        let config = serde_json::json!({
+            "system": {"endpoints": [vol.engine.addr], "dataEndpoint": vol.fabric_addr()},
+            "pools": {"fast": vol.pool},
+            "tenants": [
+                {"name": "team-a", "principal": "team-a@", "namespaces": ["ns-a"], "allowedPools": ["fast"]},
+                {"name": "team-b", "principal": "team-b@", "namespaces": ["ns-b"], "allowedPools": ["fast"]}
+            ],
+            "defaultTenant": "team-a"
+        });
+        let directory = dir.path().join("directory.json");
+        std::fs::write(&directory, config.to_string()).unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        let key = dir.path().join("agent.key");
+        std::fs::write(&key, vol.agent.to_pem().unwrap()).unwrap();
+        let keeper = plugin(&["keeper", "--state-dir"], std::slice::from_ref(&state));
+        wait_until("the keeper", || Keeper::socket(&state).exists());
+        let (ctl_sock, node_sock) = (dir.path().join("ctl.sock"), dir.path().join("node.sock"));
+        let controller = plugin(
+            &["controller", "--endpoint"],
+            &[unix(&ctl_sock), "--directory".into(), directory.clone()],
+        );
+        let node = plugin(
+            &["node", "--node-id", "node-1", "--keeper-start", "never"],
+            &[
+                "--endpoint".into(),
+                unix(&node_sock),
+                "--directory".into(),
+                directory,
+                "--state-dir".into(),
+                state.clone(),
+                "--agent-key".into(),
+                key,
+                "--fabric-dir".into(),
+                vol.fabric_dir.clone(),
+            ],
+        );
+        let ctl = ControllerClient::new(connect(&ctl_sock).await);
+        let node_channel = connect(&node_sock).await;
+        Bed {
+            vol,
+            state,
+            keeper,
+            plugins: vec![controller, node],
+            ctl,
+            node: NodeClient::new(node_channel.clone()),
+            ident: IdentityClient::new(node_channel),
+            dir,
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    async fn create(&self, name: &str, namespace: &str) -> csi::Volume {
+        let params: HashMap<String, String> = [
+            ("pool", "fast"),
+            ("csi.storage.k8s.io/pvc/namespace", namespace),
+            ("csi.storage.k8s.io/pvc/name", name),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        self.ctl
+            .clone()
+            .create_volume(csi::CreateVolumeRequest {
+                name: name.into(),
+                capacity_range: Some(csi::CapacityRange {
+                    required_bytes: 512 * MIB,
+                    limit_bytes: 0,
+                }),
+                volume_capabilities: vec![cap(access_mode::Mode::MultiNodeMultiWriter)],
+                parameters: params,
+                ..Default::default()
+            })
+            .await
+            .expect("CreateVolume")
+            .into_inner()
+            .volume
+            .expect("a volume")
+    }
+
+    async fn stage(&self, id: &str, staging: &Path) -> Result<(), tonic::Status> {
+        self.node
+            .clone()
+            .node_stage_volume(csi::NodeStageVolumeRequest {
+                volume_id: id.into(),
+                staging_target_path: staging.display().to_string(),
+                volume_capability: Some(cap(access_mode::Mode::MultiNodeMultiWriter)),
+                ..Default::default()
+            })
+            .await
+            .map(drop)
+    }
+
+    async fn publish(
+        &self,
+        id: &str,
+        staging: &Path,
+        target: &Path,
+        namespace: &str,
+        readonly: bool,
+    ) -> Result<(), tonic::Status> {
+        let context = [(
+            "csi.storage.k8s.io/pod.namespace".to_string(),
+            namespace.to_string(),
+        )];
+        self.node
+            .clone()
+            .node_publish_volume(csi::NodePublishVolumeRequest {
+                volume_id: id.into(),
+                staging_target_path: staging.display().to_string(),
+                target_path: target.display().to_string(),
+                volume_capability: Some(cap(access_mode::Mode::MultiNodeMultiWriter)),
+                readonly,
+                volume_context: context.into_iter().collect(),
+                ..Default::default()
+            })
+            .await
+            .map(drop)
+    }
+
+    async fn unpublish(&self, id: &str, target: &Path) -> Result<(), tonic::Status> {
+        self.node
+            .clone()
+            .node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+                volume_id: id.into(),
+                target_path: target.display().to_string(),
+            })
+            .await
+            .map(drop)
+    }
+
+    async fn unstage(&self, id: &str, staging: &Path) -> Result<(), tonic::Status> {
+        self.node
+            .clone()
+            .node_unstage_volume(csi::NodeUnstageVolumeRequest {
+                volume_id: id.into(),
+                staging_target_path: staging.display().to_string(),
+            })
+            .await
+            .map(drop)
+    }
+
+    /// The keeper's volumes: (name, worker pid).
+    fn keeper_volumes(&self) -> Vec<(String, Option<u32>)> {
+        let list = dpufs_csi::ipc::keeper::list(&Keeper::socket(&self.state)).unwrap();
+        list.volumes
+            .into_iter()
+            .map(|v| (v.volume, v.pid))
+            .collect()
+    }
+
+    fn records(&self) -> Vec<PathBuf> {
+        match std::fs::read_dir(self.state.join("csi")) {
+            Ok(entries) => entries.map(|e| e.unwrap().path()).collect(),
+            Err(_) => vec![],
+        }
+    }
+}
+
+fn unix(socket: &Path) -> PathBuf {
+    PathBuf::from(format!("unix://{}", socket.display()))
+}
+
+fn cap(mode: access_mode::Mode) -> VolumeCapability {
+    VolumeCapability {
+        access_type: Some(AccessType::Mount(MountVolume::default())),
+        access_mode: Some(AccessMode { mode: mode as i32 }),
+    }
+}
+
+fn mounted(path: &Path) -> bool {
+    dpufs_node_api::mountinfo::find(path).unwrap().is_some()
+}
+
+/// A 64 MiB file written in 1 MiB blocks and checked with crc32c.
+const JOB: &[&str] = &[
+    "--name=pod",
+    "--rw=write",
+    "--bs=1M",
+    "--size=64M",
+    "--ioengine=psync",
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stage_publish_two_pods_fio_stats_and_everything_goes_away() {
+    if !can_mount() || !fio_available() {
+        return;
+    }
+    let bed = Bed::new().await;
+    let probe = bed.ident.clone().probe(csi::ProbeRequest {}).await.unwrap();
+    assert_eq!(probe.into_inner().ready, Some(true));
+    let info = bed
+        .node
+        .clone()
+        .node_get_info(csi::NodeGetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.node_id, "node-1");
+    assert_eq!(info.max_volumes_per_node, 64);
+    let segments = info.accessible_topology.unwrap().segments;
+    assert_eq!(segments["dpufs.io/node"], "node-1");
+    assert_eq!(segments["dpufs.io/daos-system"], "daos_server");
+
+    let volume = bed.create("pvc-1", "ns-a").await;
+    let id = volume.volume_id.as_str();
+    let staging = bed.path("globalmount");
+    std::fs::create_dir_all(&staging).unwrap();
+    bed.stage(id, &staging).await.expect("NodeStage");
+    bed.stage(id, &staging).await.expect("NodeStage again");
+    let workers = bed.keeper_volumes();
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    let worker = workers[0].1.expect("a worker serves the volume");
+
+    let (rw, ro) = (bed.path("pod-a/mount"), bed.path("pod-b/mount"));
+    for t in [&rw, &ro] {
+        std::fs::create_dir_all(t.parent().unwrap()).unwrap();
+    }
+    bed.publish(id, &staging, &rw, "ns-a", false)
+        .await
+        .expect("publish rw");
+    bed.publish(id, &staging, &ro, "ns-a", true)
+        .await
+        .expect("publish ro");
+    bed.publish(id, &staging, &rw, "ns-a", false)
+        .await
+        .expect("publish rw again");
+    let again = bed
+        .publish(id, &staging, &ro, "ns-a", false)
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), Code::AlreadyExists, "{again:?}");
+
+    // Another tenant's pod gets PERMISSION_DENIED and nothing mounted.
+    let stranger = bed.path("pod-c/mount");
+    std::fs::create_dir_all(stranger.parent().unwrap()).unwrap();
+    let denied = bed
+        .publish(id, &staging, &stranger, "ns-b", false)
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+    assert!(denied.message().contains("team-b"), "{}", denied.message());
+    assert!(!mounted(&stranger));
+    let nobody = bed
+        .publish(id, &staging, &stranger, "ns-z", false)
+        .await
+        .unwrap_err();
+    assert_eq!(nobody.code(), Code::PermissionDenied, "{nobody:?}");
+
+    // fio through the pod's read-write target, then read back through the read-only one.
+    let (rw2, ro2) = (rw.clone(), ro.clone());
+    tokio::task::spawn_blocking(move || {
+        write_and_verify(&rw2, JOB);
+        let file = std::fs::read_dir(&rw2)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .file_name();
+        assert_eq!(
+            std::fs::read(rw2.join(&file)).unwrap(),
+            std::fs::read(ro2.join(&file)).unwrap(),
+            "both pods see the same bytes"
+        );
+        let err = std::fs::write(ro2.join("nope"), b"x").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    })
+    .await
+    .unwrap();
+
+    let stats = bed
+        .node
+        .clone()
+        .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
+            volume_id: id.into(),
+            volume_path: rw.display().to_string(),
+            staging_target_path: staging.display().to_string(),
+        })
+        .await
+        .expect("stats")
+        .into_inner();
+    let bytes = stats
+        .usage
+        .iter()
+        .find(|u| u.unit == Unit::Bytes as i32)
+        .unwrap();
+    assert_eq!(bytes.total, 512 * MIB, "the volume's quota is its size");
+    assert!(bytes.used >= 64 * MIB, "{bytes:?}");
+    assert!(
+        stats
+            .usage
+            .iter()
+            .any(|u| u.unit == Unit::Inodes as i32 && u.used >= 1)
+    );
+    let condition = stats.volume_condition.unwrap();
+    assert!(!condition.abnormal, "{condition:?}");
+    assert_eq!(
+        bed.keeper_volumes()[0].1,
+        Some(worker),
+        "still the first worker"
+    );
+
+    for t in [&rw, &ro] {
+        bed.unpublish(id, t).await.expect("unpublish");
+        bed.unpublish(id, t).await.expect("unpublish again");
+        assert!(!t.exists(), "the target is removed");
+    }
+    bed.unstage(id, &staging).await.expect("unstage");
+    bed.unstage(id, &staging).await.expect("unstage again");
+    assert!(!mounted(&staging));
+    assert!(bed.keeper_volumes().is_empty(), "no volume in the keeper");
+    assert!(
+        bed.records().is_empty(),
+        "records left: {:?}",
+        bed.records()
+    );
+    wait_until("the worker to exit", || {
+        !Path::new(&format!("/proc/{worker}")).exists()
+    });
+
+    bed.ctl
+        .clone()
+        .delete_volume(csi::DeleteVolumeRequest {
+            volume_id: id.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("DeleteVolume");
+    let admin = EngineContainers::new(&bed.vol.engine.client());
+    let left = admin.list(&bed.vol.pool).await.unwrap();
+    assert!(
+        left.iter().all(|c| !c.label.starts_with("csi-")),
+        "containers left: {left:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn foreign_containers_bad_requests_and_missing_stages_get_their_codes() {
+    if !can_mount() {
+        return;
+    }
+    let bed = Bed::new().await;
+    let staging = bed.path("globalmount");
+    std::fs::create_dir_all(&staging).unwrap();
+    // The engine volume's own container was not made by the driver: no request record.
+    let system = "daos_server";
+    let foreign = format!("v1/{system}/{}/{}", bed.vol.pool, bed.vol.container);
+    let err = bed.stage(&foreign, &staging).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(!mounted(&staging));
+    assert!(bed.keeper_volumes().is_empty());
+    assert!(bed.records().is_empty(), "{:?}", bed.records());
+
+    for (id, code) in [
+        ("", Code::InvalidArgument),
+        ("v1/x", Code::InvalidArgument),
+        ("some-other-driver/vol", Code::NotFound),
+    ] {
+        let err = bed.stage(id, &staging).await.unwrap_err();
+        assert_eq!(err.code(), code, "{id:?}: {err:?}");
+    }
+    let missing = format!("v1/{system}/{}/{}", bed.vol.pool, uuid::Uuid::new_v4());
+    let err = bed.stage(&missing, &staging).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+
+    // Publish of a volume that is not staged: FAILED_PRECONDITION, nothing mounted.
+    let volume = bed.create("pvc-2", "ns-b").await;
+    let target = bed.path("pod/mount");
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    let err = bed
+        .publish(&volume.volume_id, &staging, &target, "ns-b", false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(!mounted(&target));
+    // Unpublish and unstage of what was never there succeed.
+    bed.unpublish(&volume.volume_id, &target).await.unwrap();
+    bed.unstage(&volume.volume_id, &staging).await.unwrap();
+    // A stage without a capability, or of a block volume, is refused before anything.
+    let err = bed
+        .node
+        .clone()
+        .node_stage_volume(csi::NodeStageVolumeRequest {
+            volume_id: volume.volume_id.clone(),
+            staging_target_path: staging.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    let caps = bed
+        .node
+        .clone()
+        .node_get_capabilities(csi::NodeGetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .capabilities;
+    assert_eq!(caps.len(), 3, "{caps:?}");
+}
