@@ -112,33 +112,41 @@ impl Bed {
             &["controller", "--endpoint"],
             &[unix(&ctl_sock), "--directory".into(), directory.clone()],
         );
-        let node = plugin(
-            &["node", "--node-id", "node-1", "--keeper-start", "never"],
-            &[
-                "--endpoint".into(),
-                unix(&node_sock),
-                "--directory".into(),
-                directory,
-                "--state-dir".into(),
-                state.clone(),
-                "--agent-key".into(),
-                key,
-                "--fabric-dir".into(),
-                vol.fabric_dir.clone(),
-            ],
-        );
         let ctl = ControllerClient::new(connect(&ctl_sock).await);
-        let node_channel = connect(&node_sock).await;
-        Bed {
+        let mut bed = Bed {
             vol,
             state,
             keeper,
-            plugins: vec![controller, node],
+            plugins: vec![controller],
             ctl,
-            node: NodeClient::new(node_channel.clone()),
-            ident: IdentityClient::new(node_channel),
+            node: NodeClient::new(lazy_channel()),
+            ident: IdentityClient::new(lazy_channel()),
             dir,
-        }
+        };
+        bed.plugins.push(bed.node_plugin(&node_sock));
+        let node_channel = connect(&node_sock).await;
+        bed.node = NodeClient::new(node_channel.clone());
+        bed.ident = IdentityClient::new(node_channel);
+        bed
+    }
+
+    /// Starts a node plugin serving on `socket`, with the bed's directory, state and key.
+    fn node_plugin(&self, socket: &Path) -> Child {
+        plugin(
+            &["node", "--node-id", "node-1", "--keeper-start", "never"],
+            &[
+                "--endpoint".into(),
+                unix(socket),
+                "--directory".into(),
+                self.path("directory.json"),
+                "--state-dir".into(),
+                self.state.clone(),
+                "--agent-key".into(),
+                self.path("agent.key"),
+                "--fabric-dir".into(),
+                self.vol.fabric_dir.clone(),
+            ],
+        )
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -250,6 +258,11 @@ impl Bed {
             Err(_) => vec![],
         }
     }
+}
+
+/// A channel that connects on first use: a placeholder until the plugin's socket exists.
+fn lazy_channel() -> Channel {
+    Endpoint::from_static("http://unused.invalid").connect_lazy()
 }
 
 fn unix(socket: &Path) -> PathBuf {
@@ -492,4 +505,79 @@ async fn foreign_containers_bad_requests_and_missing_stages_get_their_codes() {
         .into_inner()
         .capabilities;
     assert_eq!(caps.len(), 3, "{caps:?}");
+}
+
+/// Restarting the node plugin disturbs nothing: `kill -9` of the plugin while fio writes
+/// through a pod's target, then a new plugin on the same state directory. fio ends without
+/// an error, the mounts stay, and a repeated stage and publish succeed with the same worker.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill9_of_the_node_plugin_under_fio_disturbs_nothing() {
+    if !can_mount() || !fio_available() {
+        return;
+    }
+    let mut bed = Bed::new().await;
+    let volume = bed.create("pvc-3", "ns-a").await;
+    let id = volume.volume_id.clone();
+    let staging = bed.path("globalmount");
+    std::fs::create_dir_all(&staging).unwrap();
+    bed.stage(&id, &staging).await.expect("NodeStage");
+    let target = bed.path("pod/mount");
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    bed.publish(&id, &staging, &target, "ns-a", false)
+        .await
+        .expect("publish");
+    let worker = bed.keeper_volumes()[0].1.expect("a worker");
+
+    let dir = target.clone();
+    let fio = tokio::task::spawn_blocking(move || {
+        let job = [
+            "--name=long",
+            "--rw=write",
+            "--bs=256k",
+            "--size=384M",
+            "--ioengine=psync",
+        ];
+        write_and_verify(&dir, &job);
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(!fio.is_finished(), "fio still writes when the plugin dies");
+    let node = bed.plugins.pop().expect("the node plugin");
+    kill9(node);
+    let node_sock = bed.path("node.sock");
+    bed.plugins.push(bed.node_plugin(&node_sock));
+    let channel = connect_fresh(&node_sock).await;
+    bed.node = NodeClient::new(channel);
+    fio.await.expect("fio with verify through the pod's target");
+
+    bed.stage(&id, &staging)
+        .await
+        .expect("NodeStage after the restart");
+    bed.publish(&id, &staging, &target, "ns-a", false)
+        .await
+        .expect("publish after the restart");
+    assert_eq!(
+        bed.keeper_volumes(),
+        vec![(bed.keeper_volumes()[0].0.clone(), Some(worker))],
+        "the same worker, no second one"
+    );
+    assert!(mounted(&staging) && mounted(&target));
+    bed.unpublish(&id, &target).await.unwrap();
+    bed.unstage(&id, &staging).await.unwrap();
+    assert!(bed.keeper_volumes().is_empty());
+}
+
+fn kill9(mut child: Child) {
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+}
+
+/// Connects once the new plugin has replaced the dead one's socket.
+async fn connect_fresh(socket: &Path) -> Channel {
+    for _ in 0..200 {
+        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+            return connect(socket).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("no plugin answers on {}", socket.display());
 }
