@@ -3,7 +3,7 @@
 //! process over real TCP. Results are checked through `--json`; errors by
 //! exit code and DAOS's own words on stderr.
 
-use dpufs_e2e::{EngineOpts, EngineProcess};
+use dpufs_e2e::{EngineOpts, EngineProcess, kill9};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -627,17 +627,6 @@ fn pid_of(status: &serde_json::Value, part: &str) -> u32 {
     status[part]["pid"]
         .as_u64()
         .unwrap_or_else(|| panic!("no {part} pid in {status}")) as u32
-}
-
-fn kill9(pid: u32) {
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(pid as i32).unwrap(),
-        rustix::process::Signal::KILL,
-    )
-    .unwrap();
-    while alive(pid) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[test]

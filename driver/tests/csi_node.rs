@@ -541,8 +541,9 @@ async fn kill9_of_the_node_plugin_under_fio_disturbs_nothing() {
     });
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert!(!fio.is_finished(), "fio still writes when the plugin dies");
-    let node = bed.plugins.pop().expect("the node plugin");
-    kill9(node);
+    let mut node = bed.plugins.pop().expect("the node plugin");
+    dpufs_e2e::kill9(node.id());
+    node.wait().expect("reaped");
     let node_sock = bed.path("node.sock");
     bed.plugins.push(bed.node_plugin(&node_sock));
     let channel = connect_fresh(&node_sock).await;
@@ -564,11 +565,6 @@ async fn kill9_of_the_node_plugin_under_fio_disturbs_nothing() {
     bed.unpublish(&id, &target).await.unwrap();
     bed.unstage(&id, &staging).await.unwrap();
     assert!(bed.keeper_volumes().is_empty());
-}
-
-fn kill9(mut child: Child) {
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reaped");
 }
 
 /// Connects once the new plugin has replaced the dead one's socket.

@@ -39,6 +39,35 @@ pub fn binary(name: &str, package: &str) -> PathBuf {
     bin_dir().join(name)
 }
 
+/// Sends SIGKILL to `pid` (a crash, as the OOM killer or a node failure makes one) and
+/// waits until it is gone from the process table (reaped, or a zombie of another parent).
+pub fn kill9(pid: u32) {
+    // SAFETY: plain kill(2).
+    assert_eq!(
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) },
+        0,
+        "kill -9 {pid}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !dead(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pid} survived SIGKILL"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Whether `pid` no longer runs: gone, or a zombie.
+fn dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
 /// Writes a file atomically (temporary file, then rename), as an agent renewing it would.
 pub fn write_file_atomic(path: &Path, data: &[u8]) {
     let tmp = path.with_extension("tmp");

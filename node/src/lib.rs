@@ -9,6 +9,7 @@
 //! of each module pin that text.
 
 pub mod control;
+pub mod file;
 pub mod handover;
 pub mod keeper;
 pub mod mountinfo;

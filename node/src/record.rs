@@ -46,10 +46,8 @@ impl VolumeRecord {
     /// Writes the record into `dir` (atomically: a crash leaves the old or the new one).
     pub fn save(&self, dir: &Path) -> io::Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| context(e, "create", dir))?;
-        let tmp = dir.join(format!("{RECORD}.tmp"));
         let text = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
-        std::fs::write(&tmp, text).map_err(|e| context(e, "write", &tmp))?;
-        std::fs::rename(&tmp, dir.join(RECORD)).map_err(|e| context(e, "write", &dir.join(RECORD)))
+        crate::file::write_atomic(&dir.join(RECORD), &text, 0o644)
     }
 
     /// The records under `volumes_dir` (a keeper's `<state>/volumes`), with the directory

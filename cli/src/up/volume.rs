@@ -9,7 +9,6 @@ use dpufs_daos::capability::{AgentKey, Capability, Rights};
 use dpufs_node_api::keeper::{self, VolumeStatus};
 use dpufs_node_api::{control, record::VolumeRecord};
 use std::net::SocketAddr;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -58,16 +57,11 @@ impl Agent {
             CAPABILITY_TTL,
         );
         let token = self.key.sign(&claims)?.to_hex();
-        let tmp = path.with_extension("tmp");
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .with_context(|| format!("creating {}", tmp.display()))?;
-        std::io::Write::write_all(&mut f, token.as_bytes())?;
-        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+        Ok(dpufs_node_api::file::write_atomic(
+            path,
+            token.as_bytes(),
+            0o600,
+        )?)
     }
 }
 

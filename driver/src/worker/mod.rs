@@ -74,11 +74,9 @@ pub struct WorkerConfig {
     pub limits: Option<privilege::Limits>,
 }
 
-/// Writes `data` to `path` atomically (temporary file, then rename).
+/// Writes `data` to `path` atomically (`dpufs_node_api::file::write_atomic`), mode 0644.
 pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, data)?;
-    std::fs::rename(&tmp, path)
+    dpufs_node_api::file::write_atomic(path, data, 0o644)
 }
 
 /// A running worker.

@@ -124,6 +124,5 @@ pub fn under_load(
 }
 
 pub fn kill9(pid: u64) {
-    // SAFETY: plain kill(2).
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    dpufs_e2e::kill9(pid as u32);
 }

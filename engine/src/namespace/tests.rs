@@ -39,13 +39,15 @@ fn fresh(quota: Option<u64>) -> (SimDisk, Namespace) {
     (disk, ns)
 }
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
+/// Deterministic test bytes (also for the chunk store's tests).
+pub(crate) fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
 }
 
-fn read_all(ns: &Namespace, oid: Oid) -> Vec<u8> {
+/// The whole file.
+pub(crate) fn read_all(ns: &Namespace, oid: Oid) -> Vec<u8> {
     let size = ns.getattr(oid).unwrap().size as usize;
     let mut buf = vec![0xAA; size];
     assert_eq!(ns.read(oid, 0, &mut buf).unwrap(), size);

@@ -47,21 +47,9 @@ impl VolumeFiles {
     }
 }
 
-/// Writes `data` to `path` through a temporary file and a rename, mode 0600: a reader (the
-/// worker re-reading its capability, a restarted plugin) never sees half of it.
+/// Writes `data` to `path` atomically, mode 0600 (`dpufs_node_api::file::write_atomic`).
 pub fn write_private(path: &Path, data: &[u8]) -> io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(data)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    dpufs_node_api::file::write_atomic(path, data, 0o600)
 }
 
 impl StagedVolume {

@@ -2,6 +2,7 @@
 //! concurrent writers and allocation, each counted once and refused without a trace.
 
 use crate::namespace::sim_disk::SimDisk;
+use crate::namespace::tests::{pattern, read_all};
 use crate::namespace::*;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -43,19 +44,6 @@ impl SpaceBudget for TestPool {
     fn release(&self, bytes: u64) {
         *self.used.lock().unwrap() -= bytes;
     }
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
-
-fn read_all(ns: &Namespace, oid: Oid) -> Vec<u8> {
-    let size = ns.getattr(oid).unwrap().size as usize;
-    let mut buf = vec![0xAA; size];
-    assert_eq!(ns.read(oid, 0, &mut buf).unwrap(), size);
-    buf
 }
 
 #[test]
