@@ -74,15 +74,55 @@ struct NodeArgs {
     /// `max_volumes_per_node`: volumes (workers) this node stages at most.
     #[arg(long, default_value_t = 64)]
     max_volumes: i64,
-    /// Fabric provider of the workers (`soft` or `verbs`).
+    /// Staging and target paths must be under this directory (kubelet's); the plugin
+    /// refuses to mount or unmount anywhere else.
+    #[arg(long, default_value = "/var/lib/kubelet")]
+    mount_root: PathBuf,
+    /// The workers' fabric.
+    #[command(flatten)]
+    fabric: FabricArgs,
+}
+
+/// How a worker reaches the engine's data service (a worker's own flags; the node plugin
+/// passes its values on to every worker it starts).
+#[derive(Args, Debug, Clone)]
+struct FabricArgs {
+    /// The fabric provider: `soft` (the node's software RDMA device) or `verbs` (the RDMA
+    /// device $DPUFS_RDMA_DEVICE names, else the first; needs a build with the `rdma`
+    /// feature).
     #[arg(long, default_value = "soft")]
     fabric_provider: ProviderKind,
-    /// The node's software fabric device (soft provider).
+    /// The node's software device (soft provider).
     #[arg(long, default_value = "dpufs-node")]
     fabric_device: String,
     /// The software device directory (default: $DPUFS_FABRIC_DIR, else /dev/shm/dpufs-fabric).
     #[arg(long)]
     fabric_dir: Option<PathBuf>,
+}
+
+impl FabricArgs {
+    /// The provider these flags name.
+    fn provider(&self) -> Provider {
+        let mut device = DeviceOptions::new(self.fabric_device.clone());
+        if let Some(dir) = &self.fabric_dir {
+            device = device.in_dir(dir);
+        }
+        Provider::new(self.fabric_provider, device)
+    }
+
+    /// The same flags on a worker's command line.
+    fn to_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--fabric-provider".to_string(),
+            self.fabric_provider.to_string(),
+            "--fabric-device".to_string(),
+            self.fabric_device.clone(),
+        ];
+        if let Some(dir) = &self.fabric_dir {
+            args.extend(["--fabric-dir".to_string(), dir.display().to_string()]);
+        }
+        args
+    }
 }
 
 fn node(a: NodeArgs) -> Result<()> {
@@ -97,19 +137,12 @@ fn node(a: NodeArgs) -> Result<()> {
     let binary = std::env::current_exe().context("this binary's path")?;
     let found = ensure_keeper(&a.state_dir, &binary, a.keeper_start)?;
     tracing::info!(?found, state_dir = %a.state_dir.display(), "mount keeper");
-    let mut worker_args = vec![
-        "--fabric-provider".to_string(),
-        a.fabric_provider.to_string(),
-        "--fabric-device".to_string(),
-        a.fabric_device.clone(),
-    ];
-    if let Some(dir) = &a.fabric_dir {
-        worker_args.extend(["--fabric-dir".to_string(), dir.display().to_string()]);
-    }
+    let worker_args = a.fabric.to_args();
     let config = dpufs_csi::csi::NodeConfig {
         node_id: a.node_id.clone(),
         state_dir: a.state_dir.clone(),
         max_volumes: a.max_volumes,
+        mount_root: a.mount_root.clone(),
         worker_args,
         agent: agent.clone(),
     };
@@ -204,18 +237,9 @@ struct WorkerArgs {
     /// Re-read when it changes, so the agent can renew it.
     #[arg(long)]
     capability: Option<PathBuf>,
-    /// With an engine: backend: the fabric provider, `soft` (the node's software RDMA
-    /// device) or `verbs` (the RDMA device $DPUFS_RDMA_DEVICE names, else the first; needs a
-    /// build with the `rdma` feature).
-    #[arg(long, default_value = "soft")]
-    fabric_provider: ProviderKind,
-    /// With an engine: backend and the soft provider: the node's software device.
-    #[arg(long, default_value = "dpufs-node")]
-    fabric_device: String,
-    /// With an engine: backend and the soft provider: the software device directory (default:
-    /// $DPUFS_FABRIC_DIR, else /dev/shm/dpufs-fabric).
-    #[arg(long)]
-    fabric_dir: Option<PathBuf>,
+    /// With an engine: backend: its fabric.
+    #[command(flatten)]
+    fabric: FabricArgs,
     /// Mount here (as root). With --fuse-fd: where that connection is mounted (for the
     /// readahead setting and reports only; never accessed).
     #[arg(long)]
@@ -340,13 +364,9 @@ fn worker(a: WorkerArgs) -> Result<()> {
         }),
     };
     let signals = block_stop_signals();
-    let mut device = DeviceOptions::new(a.fabric_device);
-    if let Some(dir) = a.fabric_dir {
-        device = device.in_dir(dir);
-    }
     let fabric = FabricOptions {
         capability: a.capability,
-        provider: Provider::new(a.fabric_provider, device),
+        provider: a.fabric.provider(),
     };
     let backend = open_backend(&a.backend, &fabric)?;
     let w = Worker::start(cfg, backend)?;

@@ -135,6 +135,8 @@ impl Bed {
         plugin(
             &["node", "--node-id", "node-1", "--keeper-start", "never"],
             &[
+                "--mount-root".into(),
+                self.dir.path().to_path_buf(),
                 "--endpoint".into(),
                 unix(socket),
                 "--directory".into(),
@@ -154,6 +156,10 @@ impl Bed {
     }
 
     async fn create(&self, name: &str, namespace: &str) -> csi::Volume {
+        self.create_sized(name, namespace, 512 * MIB).await
+    }
+
+    async fn create_sized(&self, name: &str, namespace: &str, bytes: i64) -> csi::Volume {
         let params: HashMap<String, String> = [
             ("pool", "fast"),
             ("csi.storage.k8s.io/pvc/namespace", namespace),
@@ -167,7 +173,7 @@ impl Bed {
             .create_volume(csi::CreateVolumeRequest {
                 name: name.into(),
                 capacity_range: Some(csi::CapacityRange {
-                    required_bytes: 512 * MIB,
+                    required_bytes: bytes,
                     limit_bytes: 0,
                 }),
                 volume_capabilities: vec![cap(access_mode::Mode::MultiNodeMultiWriter)],
@@ -471,7 +477,8 @@ async fn foreign_containers_bad_requests_and_missing_stages_get_their_codes() {
     let err = bed.stage(&missing, &staging).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound, "{err:?}");
 
-    // Publish of a volume that is not staged: FAILED_PRECONDITION, nothing mounted.
+    // Publish of a volume this node has not staged: NOT_FOUND; staged at another staging
+    // path: FAILED_PRECONDITION. Nothing mounted either way.
     let volume = bed.create("pvc-2", "ns-b").await;
     let target = bed.path("pod/mount");
     std::fs::create_dir_all(target.parent().unwrap()).unwrap();
@@ -479,8 +486,30 @@ async fn foreign_containers_bad_requests_and_missing_stages_get_their_codes() {
         .publish(&volume.volume_id, &staging, &target, "ns-b", false)
         .await
         .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    bed.stage(&volume.volume_id, &staging).await.expect("stage");
+    let elsewhere = bed.path("other-globalmount");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let err = bed
+        .publish(&volume.volume_id, &elsewhere, &target, "ns-b", false)
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
-    assert!(!mounted(&target));
+    let err = bed.stage(&volume.volume_id, &elsewhere).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(!mounted(&target) && !mounted(&elsewhere));
+    // Paths outside the mount root, relative or with `..` are refused before anything.
+    for path in ["/tmp", "relative/mount", "/var/lib/kubelet/../../tmp"] {
+        let err = bed
+            .publish(&volume.volume_id, &staging, Path::new(path), "ns-b", false)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{path}: {err:?}");
+    }
+    bed.unstage(&volume.volume_id, &staging)
+        .await
+        .expect("unstage");
+    assert!(!mounted(&staging));
     // Unpublish and unstage of what was never there succeed.
     bed.unpublish(&volume.volume_id, &target).await.unwrap();
     bed.unstage(&volume.volume_id, &staging).await.unwrap();
@@ -576,4 +605,279 @@ async fn connect_fresh(socket: &Path) -> Channel {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     panic!("no plugin answers on {}", socket.display());
+}
+
+/// ControllerExpandVolume raises the quota of a mounted volume: `df` in the pod's target
+/// shows the new size at once, and writes past the old size succeed.
+#[tokio::test(flavor = "multi_thread")]
+async fn expansion_shows_in_the_pods_target_and_writes_go_past_the_old_size() {
+    if !can_mount() {
+        return;
+    }
+    let bed = Bed::new().await;
+    let volume = bed.create_sized("pvc-4", "ns-a", 64 * MIB).await;
+    let id = volume.volume_id.clone();
+    let staging = bed.path("globalmount");
+    std::fs::create_dir_all(&staging).unwrap();
+    bed.stage(&id, &staging).await.expect("NodeStage");
+    let target = bed.path("pod/mount");
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    bed.publish(&id, &staging, &target, "ns-a", false)
+        .await
+        .expect("publish");
+    let total = |p: &Path| {
+        let out = Command::new("df")
+            .args(["--block-size=1", "--output=size"])
+            .arg(p)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .trim()
+            .parse::<i64>()
+            .unwrap()
+    };
+    assert_eq!(total(&target), 64 * MIB, "df shows the volume's size");
+    let block = vec![0x5a; MIB as usize];
+    let fill = |name: &str, mib: usize| -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::File::create(target.join(name))?;
+        for _ in 0..mib {
+            f.write_all(&block)?;
+        }
+        f.sync_all()
+    };
+    fill("first", 40).expect("40 MiB of 64");
+    let full = fill("second", 40).expect_err("the old quota refuses 80 MiB");
+    assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
+    std::fs::remove_file(target.join("second")).unwrap();
+    let expanded = bed
+        .ctl
+        .clone()
+        .controller_expand_volume(csi::ControllerExpandVolumeRequest {
+            volume_id: id.clone(),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: 128 * MIB,
+                limit_bytes: 0,
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("ControllerExpandVolume")
+        .into_inner();
+    assert_eq!(expanded.capacity_bytes, 128 * MIB);
+    assert!(!expanded.node_expansion_required);
+    assert_eq!(total(&target), 128 * MIB, "df shows the new size");
+    fill("second", 40).expect("80 MiB of 128 after the expansion");
+    bed.unpublish(&id, &target).await.unwrap();
+    bed.unstage(&id, &staging).await.unwrap();
+}
+
+/// Deterministic pseudo-random numbers (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+        from[(self.next() % from.len() as u64) as usize]
+    }
+
+    /// A string of up to `max` characters drawn from ids' and paths' own alphabet and beyond.
+    fn text(&mut self, max: usize) -> String {
+        const PIECES: &[&str] = &[
+            "v1",
+            "/",
+            "daos_server",
+            "-",
+            "0",
+            "f",
+            "..",
+            ".",
+            "\0",
+            "é",
+            "🦀",
+            " ",
+            "\n",
+            "%2F",
+            "v2",
+            "6f1c2d1e",
+            "x",
+        ];
+        let n = (self.next() % max as u64) as usize;
+        (0..n).map(|_| self.pick(PIECES)).collect()
+    }
+
+    /// A volume id: random, or a real one with one piece changed.
+    fn volume_id(&mut self, real: &str) -> String {
+        match self.next() % 4 {
+            0 => self.text(40),
+            1 => {
+                let mut s = real.to_string();
+                let at = (self.next() % s.len() as u64) as usize;
+                s.replace_range(at..=at, self.pick(&["/", "", "Z", "-", "\0", "0"]));
+                s
+            }
+            2 => format!(
+                "v1/{}/{}/{}",
+                self.text(20),
+                uuid::Uuid::new_v4(),
+                self.text(10)
+            ),
+            _ => format!(
+                "v1/daos_server/{}/{}",
+                uuid::Uuid::new_v4(),
+                uuid::Uuid::new_v4()
+            ),
+        }
+    }
+
+    /// A path: relative, with `..`, a real system path, or a made-up one under `base`.
+    fn path(&mut self, base: &Path) -> String {
+        match self.next() % 5 {
+            0 => self.text(30),
+            1 => format!("{}/../{}", base.display(), self.text(8)),
+            2 => self
+                .pick(&["/", "/proc", "/sys", "/tmp", "/dev", "/etc/passwd"])
+                .to_string(),
+            3 => base
+                .join(self.text(12).replace('\0', ""))
+                .display()
+                .to_string(),
+            _ => format!("/{}", "d".repeat((self.next() % 5000) as usize)),
+        }
+    }
+}
+
+/// Thousands of random and malformed volume ids and paths, to every Node RPC and the
+/// Controller's id-taking RPCs: each gets a code that says what is wrong with the request
+/// (or OK for an idempotent no-op), never INTERNAL, UNKNOWN or a dead plugin; and nothing
+/// outside the bed was unmounted or removed.
+#[tokio::test(flavor = "multi_thread")]
+async fn random_ids_and_paths_get_client_codes_and_touch_nothing() {
+    if !can_mount() {
+        return;
+    }
+    let bed = Bed::new().await;
+    let real = bed.create("pvc-5", "ns-a").await.volume_id;
+    let mounts_before = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .count();
+    let allowed = [
+        Code::Ok,
+        Code::InvalidArgument,
+        Code::NotFound,
+        Code::FailedPrecondition,
+    ];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let base = bed.path("fuzz");
+    for round in 0..400 {
+        let id = rng.volume_id(&real);
+        let (p1, p2) = (rng.path(&base), rng.path(&base));
+        let mode = if round % 2 == 0 {
+            access_mode::Mode::MultiNodeMultiWriter
+        } else {
+            access_mode::Mode::SingleNodeReaderOnly
+        };
+        let mut node = bed.node.clone();
+        let mut ctl = bed.ctl.clone();
+        let results = [
+            node.node_stage_volume(csi::NodeStageVolumeRequest {
+                volume_id: id.clone(),
+                staging_target_path: p1.clone(),
+                volume_capability: Some(cap(mode)),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+            node.node_publish_volume(csi::NodePublishVolumeRequest {
+                volume_id: id.clone(),
+                staging_target_path: p1.clone(),
+                target_path: p2.clone(),
+                volume_capability: Some(cap(mode)),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+            node.node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
+                volume_id: id.clone(),
+                volume_path: p2.clone(),
+                staging_target_path: p1.clone(),
+            })
+            .await
+            .map(drop),
+            node.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+                volume_id: id.clone(),
+                target_path: p2.clone(),
+            })
+            .await
+            .map(drop),
+            node.node_unstage_volume(csi::NodeUnstageVolumeRequest {
+                volume_id: id.clone(),
+                staging_target_path: p1.clone(),
+            })
+            .await
+            .map(drop),
+            ctl.validate_volume_capabilities(csi::ValidateVolumeCapabilitiesRequest {
+                volume_id: id.clone(),
+                volume_capabilities: vec![cap(mode)],
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+            ctl.controller_expand_volume(csi::ControllerExpandVolumeRequest {
+                volume_id: id.clone(),
+                capacity_range: Some(csi::CapacityRange {
+                    required_bytes: MIB,
+                    limit_bytes: 0,
+                }),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        ];
+        for (rpc, r) in results.into_iter().enumerate() {
+            let code = r.err().map_or(Code::Ok, |s| {
+                assert!(
+                    allowed.contains(&s.code()),
+                    "call {rpc} with id {id:?}, paths {p1:?} {p2:?}: {s:?}"
+                );
+                s.code()
+            });
+            *seen.entry(format!("{rpc}:{code:?}")).or_default() += 1;
+        }
+    }
+    eprintln!("codes seen (call:code → count): {seen:?}");
+    assert!(seen.keys().any(|k| k.ends_with("InvalidArgument")));
+    assert!(seen.keys().any(|k| k.ends_with("NotFound")));
+    let mounts_after = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .count();
+    assert_eq!(mounts_before, mounts_after, "no mount made or removed");
+    for p in [
+        "/proc/self",
+        "/sys/kernel",
+        "/tmp",
+        "/dev/null",
+        "/etc/passwd",
+    ] {
+        assert!(Path::new(p).exists(), "{p} is still there");
+    }
+    assert!(bed.keeper_volumes().is_empty());
+    let probe = bed.ident.clone().probe(csi::ProbeRequest {}).await.unwrap();
+    assert_eq!(
+        probe.into_inner().ready,
+        Some(true),
+        "the plugin still serves"
+    );
 }

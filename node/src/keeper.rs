@@ -488,28 +488,23 @@ mod tests {
     #[test]
     fn replies_match_their_json() {
         let vol = || "v".to_string();
+        let mount = || Request::Mount {
+            volume: vol(),
+            mountpoint: "/m".into(),
+            fsname: None,
+            read_only: None,
+            allow_other: None,
+        };
         let (list_text, list) = list();
         let handover_text = r#"{"mountpoint":"/mnt/v","session":null,"version":1,"volume":"v"}"#;
         let cases = [
             (
-                Request::Mount {
-                    volume: vol(),
-                    mountpoint: "/m".into(),
-                    fsname: None,
-                    read_only: None,
-                    allow_other: None,
-                },
+                mount(),
                 r#"{"mounted":"now","ok":true}"#,
                 Reply::Mounted(Mounted::Now),
             ),
             (
-                Request::Mount {
-                    volume: vol(),
-                    mountpoint: "/m".into(),
-                    fsname: None,
-                    read_only: None,
-                    allow_other: None,
-                },
+                mount(),
                 r#"{"mounted":"already","ok":true}"#,
                 Reply::Mounted(Mounted::Already),
             ),

@@ -190,6 +190,15 @@ pub enum ExpandVolumeError {
     Daos { step: String, source: DaosError },
 }
 
+/// A path kubelet passed that the node plugin will not touch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {path:?} {reason}")]
+pub struct PathError {
+    pub what: &'static str,
+    pub path: String,
+    pub reason: &'static str,
+}
+
 /// NodeStageVolume and NodeUnstageVolume.
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
@@ -199,6 +208,8 @@ pub enum StageError {
     MissingStagingPath(&'static str),
     #[error("NodeStageVolume needs a volume capability")]
     MissingCapability,
+    #[error("{0}")]
+    Path(#[from] PathError),
     #[error("{0}")]
     Capability(#[from] CapabilityError),
     #[error("{0}")]
@@ -247,9 +258,19 @@ pub enum PublishError {
     #[error("NodePublishVolume needs a volume capability")]
     MissingCapability,
     #[error("{0}")]
+    Path(#[from] PathError),
+    #[error("{0}")]
     Capability(#[from] CapabilityError),
+    #[error("{0}")]
+    MalformedId(VolumeIdError),
+    #[error("volume {0} is not staged on this node")]
+    NotFound(String),
     #[error("volume {id} is not staged at {staging}; NodeStageVolume first")]
     NotStaged { id: String, staging: String },
+    #[error(
+        "{target} is a mount of something other than a volume of dfs.dpufs.io; not unmounting it"
+    )]
+    NotOurMount { target: String },
     #[error(
         "namespace {namespace:?} belongs to tenant {tenant:?}, but volume {id} belongs to tenant {owner:?}"
     )]
@@ -285,6 +306,8 @@ pub enum StatsError {
     MissingId,
     #[error("NodeGetVolumeStats needs a volume path")]
     MissingPath,
+    #[error("{0}")]
+    Path(#[from] PathError),
     #[error("{path} is not a staged or published path of volume {id} on this node")]
     NotFound { id: String, path: String },
 }
@@ -373,7 +396,9 @@ impl CsiError {
             CsiError::Stage(e) => stage_code(e),
             CsiError::Publish(e) => publish_code(e),
             CsiError::Stats(e) => match e {
-                StatsError::MissingId | StatsError::MissingPath => Code::InvalidArgument,
+                StatsError::MissingId | StatsError::MissingPath | StatsError::Path(_) => {
+                    Code::InvalidArgument
+                }
                 StatsError::NotFound { .. } => Code::NotFound,
             },
             CsiError::Unimplemented(_) => Code::Unimplemented,
@@ -384,9 +409,11 @@ impl CsiError {
 fn stage_code(e: &StageError) -> Code {
     use StageError as S;
     match e {
-        S::MissingId(_) | S::MissingStagingPath(_) | S::MissingCapability | S::Capability(_) => {
-            Code::InvalidArgument
-        }
+        S::MissingId(_)
+        | S::MissingStagingPath(_)
+        | S::MissingCapability
+        | S::Path(_)
+        | S::Capability(_) => Code::InvalidArgument,
         S::MalformedId(VolumeIdError::Foreign(_)) | S::NotFound(_) => Code::NotFound,
         S::MalformedId(_) => Code::InvalidArgument,
         S::NotOurs { .. } | S::NoDataEndpoint(_) | S::StagedElsewhere { .. } => {
@@ -412,8 +439,13 @@ fn publish_code(e: &PublishError) -> Code {
         | P::MissingStagingPath
         | P::MissingTargetPath(_)
         | P::MissingCapability
+        | P::Path(_)
         | P::Capability(_) => Code::InvalidArgument,
-        P::NotStaged { .. } | P::TargetInUse { .. } => Code::FailedPrecondition,
+        P::MalformedId(VolumeIdError::Foreign(_)) | P::NotFound(_) => Code::NotFound,
+        P::MalformedId(_) => Code::InvalidArgument,
+        P::NotStaged { .. } | P::TargetInUse { .. } | P::NotOurMount { .. } => {
+            Code::FailedPrecondition
+        }
         P::OtherTenant { .. } | P::NoTenant { .. } => Code::PermissionDenied,
         P::Incompatible { .. } => Code::AlreadyExists,
         P::Busy(_) => Code::Aborted,

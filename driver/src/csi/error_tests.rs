@@ -555,6 +555,34 @@ fn node_table() -> Vec<(CsiError, Code, &'static str)> {
             "/t",
         ),
         (
+            P::Path(PathError {
+                what: "target path",
+                path: "/tmp".into(),
+                reason: "is not under the node plugin's --mount-root",
+            })
+            .into(),
+            Code::InvalidArgument,
+            "--mount-root",
+        ),
+        (
+            P::NotFound(id()).into(),
+            Code::NotFound,
+            "not staged on this node",
+        ),
+        (
+            P::MalformedId(VolumeIdError::Foreign("x".into())).into(),
+            Code::NotFound,
+            "x",
+        ),
+        (
+            P::NotOurMount {
+                target: "/t".into(),
+            }
+            .into(),
+            Code::FailedPrecondition,
+            "not unmounting",
+        ),
+        (
             StatsError::MissingPath.into(),
             Code::InvalidArgument,
             "volume path",

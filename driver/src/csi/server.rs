@@ -18,6 +18,7 @@ use std::time::Instant;
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::Code;
+use tonic::service::Routes;
 use tower::{Layer, Service};
 
 /// Why the server could not run.
@@ -104,25 +105,11 @@ pub async fn serve_controller_until(
     directory: Arc<dyn Directory>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    let path = parse_endpoint(endpoint)?;
-    let listener = bind(&path)?;
-    tracing::info!(
-        endpoint,
-        driver = crate::csi::DRIVER_NAME,
-        "serving CSI Identity and Controller"
-    );
     let ready = directory.clone();
     let identity = IdentityService::new(move || ready.ready());
-    let controller = ControllerService::new(directory);
-    let served = tonic::transport::Server::builder()
-        .layer(CallLogLayer)
-        .add_service(IdentityServer::new(identity))
-        .add_service(ControllerServer::new(controller))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-        .await;
-    let _ = std::fs::remove_file(&path);
-    tracing::info!(endpoint, "CSI server stopped");
-    Ok(served?)
+    let routes = Routes::new(IdentityServer::new(identity))
+        .add_service(ControllerServer::new(ControllerService::new(directory)));
+    serve_routes(endpoint, "Identity and Controller", routes, shutdown).await
 }
 
 /// Serves Identity and Node on `endpoint` until `shutdown` completes; removes the socket
@@ -133,18 +120,29 @@ pub async fn serve_node_until(
     ready: impl Fn() -> bool + Send + Sync + 'static,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let routes = Routes::new(IdentityServer::new(IdentityService::node(ready)))
+        .add_service(NodeServer::new(node));
+    serve_routes(endpoint, "Identity and Node", routes, shutdown).await
+}
+
+/// Serves `routes` on the unix socket of `endpoint`, one log line per call, until
+/// `shutdown`; the socket file is removed afterwards.
+async fn serve_routes(
+    endpoint: &str,
+    services: &str,
+    routes: Routes,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
     let path = parse_endpoint(endpoint)?;
     let listener = bind(&path)?;
     tracing::info!(
         endpoint,
         driver = crate::csi::DRIVER_NAME,
-        "serving CSI Identity and Node"
+        "serving CSI {services}"
     );
-    let identity = IdentityService::node(ready);
     let served = tonic::transport::Server::builder()
         .layer(CallLogLayer)
-        .add_service(IdentityServer::new(identity))
-        .add_service(NodeServer::new(node))
+        .add_routes(routes)
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
         .await;
     let _ = std::fs::remove_file(&path);

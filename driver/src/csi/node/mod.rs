@@ -16,7 +16,7 @@ mod stage;
 mod stats;
 
 use crate::csi::directory::Directory;
-use crate::csi::error::CsiError;
+use crate::csi::error::{CsiError, PathError};
 use crate::csi::locks::VolumeLocks;
 use crate::csi::{TOPOLOGY_NODE_KEY, TOPOLOGY_SYSTEM_KEY};
 use crate::keeper::Keeper;
@@ -38,6 +38,9 @@ pub struct NodeConfig {
     pub state_dir: PathBuf,
     /// `max_volumes_per_node`: how many volumes (workers) this node stages at most.
     pub max_volumes: i64,
+    /// Every staging and target path must be under it (kubelet's directory,
+    /// `/var/lib/kubelet`); the plugin mounts and unmounts nowhere else.
+    pub mount_root: PathBuf,
     /// Arguments every worker gets besides its backend and capability (the fabric provider
     /// and device).
     pub worker_args: Vec<String>,
@@ -106,6 +109,46 @@ impl NodeService {
             accessible_topology: Some(Topology { segments }),
         })
     }
+}
+
+impl NodeService {
+    /// A path from kubelet the plugin may mount on, unmount or remove: absolute, without `..`
+    /// or NUL, within Linux's limits, and under the mount root (kubelet's directory). The
+    /// plugin runs as root: a relative path would resolve against its own working directory,
+    /// and a path elsewhere (`/tmp`, `/proc`) is never one kubelet sends.
+    fn node_path(&self, what: &'static str, raw: &str) -> Result<PathBuf, PathError> {
+        let bad = |reason| PathError {
+            what,
+            path: raw.to_string(),
+            reason,
+        };
+        let path = std::path::Path::new(raw);
+        if !path.is_absolute() {
+            return Err(bad("is not absolute"));
+        }
+        if raw.contains('\0') {
+            return Err(bad("contains NUL"));
+        }
+        if path
+            .components()
+            .any(|c| c == std::path::Component::ParentDir)
+        {
+            return Err(bad("contains .."));
+        }
+        if raw.len() > 4095 || path.iter().any(|c| c.len() > 255) {
+            return Err(bad("is longer than Linux allows (PATH_MAX, NAME_MAX)"));
+        }
+        if !path.starts_with(&self.config.mount_root) || path == self.config.mount_root {
+            return Err(bad("is not under the node plugin's --mount-root"));
+        }
+        Ok(path.to_path_buf())
+    }
+}
+
+/// Whether `path` is a directory (not a symlink to one): what a staging path must be, and an
+/// existing target, before the plugin mounts on it.
+fn is_directory(path: &std::path::Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
 }
 
 /// Whether a capability only reads: its access mode lets no one write.

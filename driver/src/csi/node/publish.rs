@@ -2,16 +2,16 @@
 //! pod's target (read-only when asked or when the volume was staged for reading), after
 //! checking that the pod's namespace belongs to the volume's tenant.
 
-use super::NodeService;
 use super::mounts;
 use super::reader_only;
 use super::record::{StagedVolume, VolumeFiles};
+use super::{NodeService, is_directory};
 use crate::csi::controller::check_capability;
 use crate::csi::directory::DirectoryError;
-use crate::csi::error::PublishError;
-use crate::csi::volume_id::VolumeId;
+use crate::csi::error::{PathError, PublishError};
+use crate::csi::volume_id::{VolumeId, VolumeIdError};
 use dpufs_proto::csi::v1::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The pod's namespace, which kubelet adds to the volume context (CSIDriver
 /// `podInfoOnMount: true`).
@@ -42,8 +42,8 @@ impl NodeService {
             .as_ref()
             .ok_or(PublishError::MissingCapability)?;
         check_capability(cap)?;
-        let staging = PathBuf::from(&req.staging_target_path);
-        let target = PathBuf::from(&req.target_path);
+        let staging = self.node_path("staging target path", &req.staging_target_path)?;
+        let target = self.node_path("target path", &req.target_path)?;
         let _guard = self
             .locks
             .try_lock(format!("target {}", target.display()))?;
@@ -71,19 +71,44 @@ impl NodeService {
             }
             None => {}
         }
-        std::fs::create_dir_all(&target).map_err(node_err("creating the target path"))?;
+        match std::fs::create_dir(&target) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && is_directory(&target) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::NotFound
+                ) =>
+            {
+                return Err(PublishError::Path(PathError {
+                    what: "target path",
+                    path: req.target_path,
+                    reason: if e.kind() == std::io::ErrorKind::NotFound {
+                        "has no parent directory (kubelet creates it)"
+                    } else {
+                        "exists and is not a directory"
+                    },
+                }));
+            }
+            other => other.map_err(node_err("creating the target path"))?,
+        }
         mounts::bind(&staging, &target, read_only).map_err(node_err("bind-mounting"))?;
         tracing::info!(volume_id = %req.volume_id, target = %target.display(), read_only, "volume published");
         Ok(())
     }
 
-    /// The record of a volume staged at `staging`.
+    /// The record of a volume staged at `staging`: NOT_FOUND for a volume this node has not
+    /// staged (or a foreign id), FAILED_PRECONDITION for one staged elsewhere.
     fn staged(&self, raw_id: &str, staging: &Path) -> Result<StagedVolume, PublishError> {
-        let id = VolumeId::parse(raw_id).map_err(|_| not_staged(raw_id, staging))?;
+        let id = match VolumeId::parse(raw_id) {
+            Ok(id) => id,
+            Err(VolumeIdError::Foreign(_)) => return Err(PublishError::NotFound(raw_id.into())),
+            Err(e) => return Err(PublishError::MalformedId(e)),
+        };
         let files = VolumeFiles::of(&self.records_dir(), &id);
         match StagedVolume::load(&files.record).map_err(node_err("reading the stage record"))? {
             Some(v) if v.staging_path == staging => Ok(v),
-            _ => Err(not_staged(raw_id, staging)),
+            Some(_) => Err(not_staged(raw_id, staging)),
+            None => Err(PublishError::NotFound(raw_id.into())),
         }
     }
 
@@ -130,25 +155,37 @@ impl NodeService {
         if req.target_path.is_empty() {
             return Err(PublishError::MissingTargetPath(RPC));
         }
-        let target = PathBuf::from(&req.target_path);
+        let target = self.node_path("target path", &req.target_path)?;
         let _guard = self
             .locks
             .try_lock(format!("target {}", target.display()))?;
-        while mounts::at(&target)
-            .map_err(node_err("reading the mount table"))?
-            .is_some()
-        {
+        let ours = self.staged_devices();
+        while let Some(m) = mounts::at(&target).map_err(node_err("reading the mount table"))? {
+            if !ours.contains(&m.dev) {
+                return Err(PublishError::NotOurMount {
+                    target: target.display().to_string(),
+                });
+            }
             mounts::unmount(&target).map_err(node_err("unmounting the target"))?;
         }
         match std::fs::remove_dir(&target) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(node_err("removing the target path")(e))
-            }
-            _ => {
-                tracing::info!(volume_id = %req.volume_id, target = %target.display(), "volume unpublished");
-                Ok(())
-            }
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // Not an empty directory: not one this plugin made; it stays.
+            Err(e) => tracing::warn!(target = %target.display(), "not removing the target: {e}"),
         }
+        tracing::info!(volume_id = %req.volume_id, target = %target.display(), "volume unpublished");
+        Ok(())
+    }
+
+    /// The devices of the volumes staged here: what a target may be a bind mount of.
+    fn staged_devices(&self) -> Vec<(u32, u32)> {
+        let staged = StagedVolume::all(&self.records_dir()).unwrap_or_default();
+        staged
+            .iter()
+            .filter_map(|v| mounts::at(&v.staging_path).ok().flatten())
+            .map(|m| m.dev)
+            .collect()
     }
 }
 

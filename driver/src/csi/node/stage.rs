@@ -7,17 +7,17 @@
 //! and start the worker ([`crate::launcher::ensure_volume`]: a volume the keeper already
 //! serves is adopted, not served twice).
 
-use super::NodeService;
 use super::reader_only;
 use super::record::{StagedVolume, VolumeFiles};
+use super::{NodeService, is_directory};
 use crate::csi::controller::{RequestRecord, check_capability};
-use crate::csi::error::StageError;
+use crate::csi::error::{PathError, StageError};
 use crate::csi::label::REQUEST_ATTR;
 use crate::csi::volume_id::{VolumeId, VolumeIdError};
 use crate::launcher::{WantedVolume, ensure_volume};
 use dpufs_node_api::keeper::{Reply, Request as KeeperRequest};
 use dpufs_proto::csi::v1::{NodeStageVolumeRequest, NodeUnstageVolumeRequest};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn node_err(step: &str) -> impl FnOnce(String) -> StageError + '_ {
     move |detail| StageError::Node {
@@ -47,12 +47,20 @@ impl NodeService {
             .as_ref()
             .ok_or(StageError::MissingCapability)?;
         check_capability(cap)?;
-        let staging = PathBuf::from(&req.staging_target_path);
+        let staging = self.node_path("staging target path", &req.staging_target_path)?;
+        if !is_directory(&staging) {
+            return Err(StageError::Path(PathError {
+                what: "staging target path",
+                path: req.staging_target_path.clone(),
+                reason: "is not a directory (kubelet creates it before NodeStageVolume)",
+            }));
+        }
         let read_only = reader_only(cap);
         let _guard = self.locks.try_lock(format!("volume {id}"))?;
         let files = VolumeFiles::of(&self.records_dir(), &id);
         let known = StagedVolume::load(&files.record)
             .map_err(|e| node_err("reading the stage record")(e.to_string()))?;
+        let new = known.is_none();
         let volume = match known {
             Some(v) => check_same(&id, v, &staging, read_only)?,
             None => self.resolve(&id, &staging, read_only).await?,
@@ -75,8 +83,21 @@ impl NodeService {
         let state_dir = self.config.state_dir.clone();
         let served = tokio::task::spawn_blocking(move || ensure_volume(&state_dir, &want))
             .await
-            .map_err(|e| node_err("the keeper call")(e.to_string()))?
-            .map_err(|e| node_err("mounting through the mount keeper")(format!("{e:#}")))?;
+            .map_err(|e| node_err("the keeper call")(e.to_string()))
+            .and_then(|r| {
+                r.map_err(|e| node_err("mounting through the mount keeper")(format!("{e:#}")))
+            });
+        let served = match served {
+            Ok(served) => served,
+            Err(e) => {
+                // A first stage that mounted nothing leaves nothing behind.
+                if new {
+                    let _ = std::fs::remove_file(&files.record);
+                    let _ = std::fs::remove_file(&files.capability);
+                }
+                return Err(e);
+            }
+        };
         tracing::info!(volume_id = %id, tenant = %volume.tenant, ?served, "volume staged");
         Ok(())
     }
@@ -158,8 +179,8 @@ impl NodeService {
             .await
             .map_err(|e| node_err("the keeper call")(e.to_string()))?
             .map_err(node_err("unmounting through the mount keeper"))?;
-        let staging = PathBuf::from(&req.staging_target_path);
-        if let Ok(Some(_)) = super::mounts::at(&staging) {
+        let staging = self.node_path("staging target path", &req.staging_target_path)?;
+        if is_dpufs_mount(&staging) {
             // Mounted, but not by the keeper (a crash between mount and record, or by hand).
             super::mounts::unmount(&staging)
                 .map_err(|e| node_err("unmounting the staging path")(e.to_string()))?;
@@ -178,6 +199,12 @@ impl NodeService {
         tracing::info!(volume_id = %id, "volume unstaged");
         Ok(())
     }
+}
+
+/// Whether a dpufs FUSE file system is mounted at `path`: the only kind of mount an unstage
+/// removes by itself.
+fn is_dpufs_mount(path: &Path) -> bool {
+    matches!(dpufs_node_api::mountinfo::find(path), Ok(Some(m)) if m.fstype == "fuse.dpufs")
 }
 
 /// The records directory: the capabilities in it are the node agent's to hand out.

@@ -33,7 +33,7 @@ impl NodeService {
         let Ok(Some(volume)) = StagedVolume::load(&files.record) else {
             return Err(not_found());
         };
-        let path = Path::new(&req.volume_path);
+        let path = &self.node_path("volume path", &req.volume_path)?;
         let mounted = super::mounts::at(path).ok().flatten();
         let staged = super::mounts::at(&volume.staging_path).ok().flatten();
         if mounted.is_none() || staged.as_ref().map(|m| m.dev) != mounted.as_ref().map(|m| m.dev) {
