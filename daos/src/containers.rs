@@ -91,6 +91,16 @@ pub trait ContainerAdmin: Send + Sync {
         cont: &str,
         snap: SnapshotRef,
     ) -> Result<Vec<Snapshot>>;
+    /// Makes the container `target` describes (in the source's pool) from a snapshot of
+    /// `cont`: an independent, writable copy of the snapshot's contents. Retrying with the
+    /// same UUID and label returns it.
+    async fn clone_snapshot(
+        &self,
+        pool: &str,
+        cont: &str,
+        snap: SnapshotRef,
+        target: &ContainerSpec,
+    ) -> Result<ContainerInfo>;
 }
 
 /// The engine backend: the engine's `dpufs.engine.v1.ContainerSvc`, reached
@@ -120,6 +130,29 @@ macro_rules! cont_rpc {
             )
             .await
     };
+}
+
+fn create_req(spec: &ContainerSpec) -> eng::ContCreateReq {
+    eng::ContCreateReq {
+        pool: spec.pool.clone(),
+        uuid: spec.uuid.map(|u| u.to_string()).unwrap_or_default(),
+        label: spec.label.clone(),
+        properties: wire_props(spec.properties.clone()),
+        acl: spec.acl.clone(),
+        owner_user: spec.owner_user.clone(),
+        owner_group: spec.owner_group.clone(),
+        attributes: spec.attributes.clone().into_iter().collect(),
+    }
+}
+
+impl SnapshotRef {
+    /// The wire's (epoch, name): the name counts when the epoch is 0.
+    fn wire(self) -> (u64, String) {
+        match self {
+            SnapshotRef::Epoch(e) => (e, String::new()),
+            SnapshotRef::Name(n) => (0, n),
+        }
+    }
 }
 
 fn cref(pool: &str, cont: &str) -> eng::ContRef {
@@ -176,17 +209,24 @@ fn snapshot(s: eng::Snapshot) -> Snapshot {
 #[async_trait::async_trait]
 impl ContainerAdmin for EngineContainers {
     async fn create(&self, spec: &ContainerSpec) -> Result<ContainerInfo> {
-        let req = eng::ContCreateReq {
-            pool: spec.pool.clone(),
-            uuid: spec.uuid.map(|u| u.to_string()).unwrap_or_default(),
-            label: spec.label.clone(),
-            properties: wire_props(spec.properties.clone()),
-            acl: spec.acl.clone(),
-            owner_user: spec.owner_user.clone(),
-            owner_group: spec.owner_group.clone(),
-            attributes: spec.attributes.clone().into_iter().collect(),
+        Ok(info(cont_rpc!(self, create_req(spec), cont_create)?))
+    }
+
+    async fn clone_snapshot(
+        &self,
+        pool: &str,
+        cont: &str,
+        snap: SnapshotRef,
+        target: &ContainerSpec,
+    ) -> Result<ContainerInfo> {
+        let (epoch, snapshot_name) = snap.wire();
+        let req = eng::ContCloneReq {
+            source: Some(cref(pool, cont)),
+            epoch,
+            snapshot_name,
+            target: Some(create_req(target)),
         };
-        Ok(info(cont_rpc!(self, req, cont_create)?))
+        Ok(info(cont_rpc!(self, req, cont_clone_snapshot)?))
     }
 
     async fn destroy(&self, pool: &str, cont: &str, force: bool) -> Result<()> {
@@ -296,10 +336,7 @@ impl ContainerAdmin for EngineContainers {
         cont: &str,
         snap: SnapshotRef,
     ) -> Result<Vec<Snapshot>> {
-        let (epoch, name) = match snap {
-            SnapshotRef::Epoch(e) => (e, String::new()),
-            SnapshotRef::Name(n) => (0, n),
-        };
+        let (epoch, name) = snap.wire();
         let req = eng::SnapshotDestroyReq {
             cont: Some(cref(pool, cont)),
             epoch,

@@ -106,6 +106,9 @@ pub trait Directory: Send + Sync + 'static {
 
     /// The tenant of a PVC namespace; `None` (no namespace sent) gives the default tenant.
     async fn tenant(&self, namespace: Option<&str>) -> Result<Tenant, DirectoryError>;
+
+    /// Every pool of `system` (where ListSnapshots looks).
+    async fn pools(&self, system: &str) -> Result<Vec<PoolRef>, DirectoryError>;
 }
 
 /// The configuration of a [`StaticDirectory`], e.g. read from JSON:
@@ -345,6 +348,21 @@ impl Directory for StaticDirectory {
                 pool: pool.to_string(),
             }),
         }
+    }
+
+    async fn pools(&self, system: &str) -> Result<Vec<PoolRef>, DirectoryError> {
+        if system != self.config.system.name {
+            return Err(DirectoryError::UnknownSystem(system.to_string()));
+        }
+        Ok(self
+            .config
+            .pools
+            .iter()
+            .map(|(name, uuid)| PoolRef {
+                name: name.clone(),
+                uuid: *uuid,
+            })
+            .collect())
     }
 
     async fn tenant(&self, namespace: Option<&str>) -> Result<Tenant, DirectoryError> {

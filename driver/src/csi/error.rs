@@ -56,8 +56,22 @@ pub enum CreateVolumeError {
     MissingCapabilities,
     #[error("{0}")]
     Capability(#[from] CapabilityError),
-    #[error("volume content sources (snapshots, clones) are not supported by dfs.dpufs.io yet")]
+    #[error(
+        "a volume cannot be cloned from another volume directly: create a VolumeSnapshot of it, then a volume from that"
+    )]
     ContentSource,
+    #[error("the content source names no snapshot id")]
+    MissingSnapshotId,
+    #[error("snapshot {0} does not exist")]
+    SnapshotNotFound(String),
+    #[error(
+        "snapshot {snapshot} is in pool {snapshot_pool}; a volume from it is made in the same pool, not in {pool:?}: use a StorageClass of that pool"
+    )]
+    SnapshotElsewhere {
+        snapshot: String,
+        snapshot_pool: String,
+        pool: String,
+    },
     #[error(
         "mutable parameters ({}) are not supported: dfs.dpufs.io has no ControllerModifyVolume",
         .0.join(", ")
@@ -182,6 +196,31 @@ pub enum ExpandVolumeError {
         container: String,
         label: String,
     },
+    #[error("{0}")]
+    Directory(#[from] DirectoryError),
+    #[error("{0}")]
+    Busy(#[from] Busy),
+    #[error("{step}: {source}")]
+    Daos { step: String, source: DaosError },
+}
+
+/// CreateSnapshot, DeleteSnapshot and ListSnapshots.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("{0} needs a snapshot name")]
+    MissingName(&'static str),
+    #[error("{0} needs a source volume id")]
+    MissingSource(&'static str),
+    #[error("{0} needs a snapshot id")]
+    MissingId(&'static str),
+    #[error("{0}")]
+    MalformedId(VolumeIdError),
+    #[error("unknown snapshot parameters: {}", .0.join(", "))]
+    UnknownParameters(Vec<String>),
+    #[error("volume {0} does not exist")]
+    SourceNotFound(String),
+    #[error("starting token {0:?} is not one this driver gave")]
+    BadToken(String),
     #[error("{0}")]
     Directory(#[from] DirectoryError),
     #[error("{0}")]
@@ -324,6 +363,8 @@ pub enum CsiError {
     #[error("ControllerExpandVolume: {0}")]
     ExpandVolume(#[from] ExpandVolumeError),
     #[error("{0}")]
+    Snapshot(#[from] SnapshotError),
+    #[error("{0}")]
     Stage(#[from] StageError),
     #[error("{0}")]
     Publish(#[from] PublishError),
@@ -347,11 +388,14 @@ impl CsiError {
                 | C::MissingCapabilities
                 | C::Capability(_)
                 | C::ContentSource
+                | C::MissingSnapshotId
+                | C::SnapshotElsewhere { .. }
                 | C::MutableParameters(_)
                 | C::PoolRequired { .. } => Code::InvalidArgument,
                 C::Params(ParamError::PoolProvisioning) => Code::Unimplemented,
                 C::Params(_) => Code::InvalidArgument,
                 C::Capacity(_) => Code::OutOfRange,
+                C::SnapshotNotFound(_) => Code::NotFound,
                 C::Directory(d) => directory_code(d),
                 C::PoolNotAllowed { .. } => Code::PermissionDenied,
                 C::PoolMissing { .. } => Code::FailedPrecondition,
@@ -393,6 +437,7 @@ impl CsiError {
                 E::Busy(_) => Code::Aborted,
                 E::Daos { source, .. } => daos_code(source),
             },
+            CsiError::Snapshot(e) => snapshot_code(e),
             CsiError::Stage(e) => stage_code(e),
             CsiError::Publish(e) => publish_code(e),
             CsiError::Stats(e) => match e {
@@ -403,6 +448,25 @@ impl CsiError {
             },
             CsiError::Unimplemented(_) => Code::Unimplemented,
         }
+    }
+}
+
+fn snapshot_code(e: &SnapshotError) -> Code {
+    use SnapshotError as S;
+    match e {
+        S::MissingName(_)
+        | S::MissingSource(_)
+        | S::MissingId(_)
+        | S::UnknownParameters(_)
+        | S::MalformedId(_) => Code::InvalidArgument,
+        S::SourceNotFound(_) => Code::NotFound,
+        S::BadToken(_) | S::Busy(_) => Code::Aborted,
+        S::Directory(d) => directory_code(d),
+        S::Daos {
+            source: DaosError::NotFound { .. },
+            ..
+        } => Code::NotFound,
+        S::Daos { source, .. } => daos_code(source),
     }
 }
 
@@ -514,7 +578,8 @@ into_status!(
     ExpandVolumeError,
     StageError,
     PublishError,
-    StatsError
+    StatsError,
+    SnapshotError
 );
 
 #[cfg(test)]

@@ -62,7 +62,7 @@ fn table() -> Vec<(CsiError, Code, &'static str)> {
         (
             C::ContentSource.into(),
             Code::InvalidArgument,
-            "content sources",
+            "create a VolumeSnapshot of it",
         ),
         (
             C::MutableParameters(vec!["qos".into()]).into(),
@@ -424,6 +424,67 @@ fn node_table() -> Vec<(CsiError, Code, &'static str)> {
         detail: "EIO".into(),
     };
     vec![
+        (
+            CreateVolumeError::SnapshotNotFound("v1/x".into()).into(),
+            Code::NotFound,
+            "does not exist",
+        ),
+        (
+            CreateVolumeError::SnapshotElsewhere {
+                snapshot: "v1/s".into(),
+                snapshot_pool: "p1".into(),
+                pool: "fast".into(),
+            }
+            .into(),
+            Code::InvalidArgument,
+            "same pool",
+        ),
+        (
+            CreateVolumeError::MissingSnapshotId.into(),
+            Code::InvalidArgument,
+            "no snapshot id",
+        ),
+        (
+            SnapshotError::MissingName("CreateSnapshot").into(),
+            Code::InvalidArgument,
+            "snapshot name",
+        ),
+        (
+            SnapshotError::UnknownParameters(vec!["tier".into()]).into(),
+            Code::InvalidArgument,
+            "tier",
+        ),
+        (
+            SnapshotError::SourceNotFound("v1/x".into()).into(),
+            Code::NotFound,
+            "does not exist",
+        ),
+        (
+            SnapshotError::MalformedId(VolumeIdError::Malformed {
+                id: "v1/x".into(),
+                reason: "r".into(),
+            })
+            .into(),
+            Code::InvalidArgument,
+            "v1/x",
+        ),
+        (
+            SnapshotError::BadToken("7".into()).into(),
+            Code::Aborted,
+            "\"7\"",
+        ),
+        (
+            SnapshotError::Daos {
+                step: "snapshotting".into(),
+                source: DaosError::NoSpace {
+                    message: "full".into(),
+                    der: None,
+                },
+            }
+            .into(),
+            Code::ResourceExhausted,
+            "snapshotting",
+        ),
         (
             S::MissingId("NodeStageVolume").into(),
             Code::InvalidArgument,

@@ -126,6 +126,50 @@ impl std::str::FromStr for VolumeId {
     }
 }
 
+/// A snapshot of a volume: `v1/<system>/<pool-uuid>/<container-uuid>/<epoch>`, the DAOS
+/// snapshot's epoch in decimal (the volume id and one more part, so neither parses as the
+/// other).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SnapshotId {
+    pub volume: VolumeId,
+    pub epoch: u64,
+}
+
+impl SnapshotId {
+    /// Parses a snapshot id; the errors are [`VolumeId::parse`]'s kinds.
+    pub fn parse(id: &str) -> Result<SnapshotId, VolumeIdError> {
+        if id.is_empty() {
+            return Err(VolumeIdError::Empty);
+        }
+        if !id.starts_with(PREFIX) {
+            return Err(VolumeIdError::Foreign(id.to_string()));
+        }
+        let malformed = |reason: &str| VolumeIdError::Malformed {
+            id: id.to_string(),
+            reason: reason.to_string(),
+        };
+        let (volume, epoch) = id
+            .rsplit_once('/')
+            .ok_or_else(|| malformed("expected 4 parts after v1/"))?;
+        let epoch = match epoch.parse::<u64>() {
+            // Only the canonical form: no sign, no leading zeros, not 0.
+            Ok(e) if e > 0 && e.to_string() == epoch => e,
+            _ => return Err(malformed("the epoch is not a positive decimal number")),
+        };
+        let volume = VolumeId::parse(volume).map_err(|e| match e {
+            VolumeIdError::Malformed { reason, .. } => malformed(&reason),
+            other => other,
+        })?;
+        Ok(SnapshotId { volume, epoch })
+    }
+}
+
+impl fmt::Display for SnapshotId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.volume, self.epoch)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,5 +313,35 @@ mod tests {
                 Err(VolumeIdError::Malformed { .. }) => prop_assert!(s.starts_with(PREFIX)),
             }
         }
+    }
+
+    #[test]
+    fn snapshot_ids_round_trip_and_are_not_volume_ids() {
+        let v = "v1/daos_server/6f1c2d1e-3a4b-4c5d-8e9f-0a1b2c3d4e5f/0b8a9c55-1d2e-4f60-9a7b-8c9d0e1f2a3b";
+        let s = SnapshotId::parse(&format!("{v}/42")).unwrap();
+        assert_eq!(s.epoch, 42);
+        assert_eq!(s.to_string(), format!("{v}/42"));
+        assert!(matches!(
+            VolumeId::parse(&s.to_string()),
+            Err(VolumeIdError::Malformed { .. })
+        ));
+        assert!(matches!(
+            SnapshotId::parse(v),
+            Err(VolumeIdError::Malformed { .. })
+        ));
+        for bad in ["0", "042", "-1", "+1", "x", "", "18446744073709551616"] {
+            assert!(
+                matches!(
+                    SnapshotId::parse(&format!("{v}/{bad}")),
+                    Err(VolumeIdError::Malformed { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            SnapshotId::parse("snap-1"),
+            Err(VolumeIdError::Foreign(_))
+        ));
+        assert!(matches!(SnapshotId::parse(""), Err(VolumeIdError::Empty)));
     }
 }

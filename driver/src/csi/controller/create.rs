@@ -1,6 +1,25 @@
 //! CreateVolume: plan, find or create the container, complete what a stopped create left.
 
 use super::*;
+use crate::csi::volume_id::SnapshotId;
+use dpufs_daos::SnapshotRef;
+
+/// The snapshot a request asks to start from: none, or a snapshot id of ours (another
+/// driver's id or a volume source cannot be).
+fn content_source(
+    source: Option<&csi::VolumeContentSource>,
+) -> Result<Option<SnapshotId>, CreateVolumeError> {
+    use csi::volume_content_source::Type;
+    match source.and_then(|s| s.r#type.as_ref()) {
+        None => Ok(None),
+        Some(Type::Volume(_)) => Err(CreateVolumeError::ContentSource),
+        Some(Type::Snapshot(s)) => match SnapshotId::parse(&s.snapshot_id) {
+            Ok(id) => Ok(Some(id)),
+            Err(VolumeIdError::Empty) => Err(CreateVolumeError::MissingSnapshotId),
+            Err(_) => Err(CreateVolumeError::SnapshotNotFound(s.snapshot_id.clone())),
+        },
+    }
+}
 
 /// Everything CreateVolume works out before touching the container.
 pub(super) struct Plan {
@@ -12,6 +31,8 @@ pub(super) struct Plan {
     pool: PoolRef,
     label: String,
     record: RequestRecord,
+    /// The snapshot to clone, for a volume made from one.
+    source: Option<SnapshotId>,
 }
 
 impl Plan {
@@ -68,13 +89,7 @@ impl ControllerService {
         for cap in &req.volume_capabilities {
             check_capability(cap)?;
         }
-        if req
-            .volume_content_source
-            .as_ref()
-            .is_some_and(|s| s.r#type.is_some())
-        {
-            return Err(CreateVolumeError::ContentSource);
-        }
+        let source = content_source(req.volume_content_source.as_ref())?;
         if !req.mutable_parameters.is_empty() {
             let mut keys: Vec<String> = req.mutable_parameters.keys().cloned().collect();
             keys.sort();
@@ -114,8 +129,19 @@ impl ControllerService {
             tenant: tenant.name.clone(),
             principal: tenant.principal.clone(),
             properties: params.properties.clone(),
+            source_snapshot: source.as_ref().map(|s| s.to_string()),
         };
+        if let Some(snap) = &source
+            && (snap.volume.system != system || snap.volume.pool != pool.uuid)
+        {
+            return Err(CreateVolumeError::SnapshotElsewhere {
+                snapshot: snap.to_string(),
+                snapshot_pool: snap.volume.pool.to_string(),
+                pool: pool.name.clone(),
+            });
+        }
         let plan = Plan {
+            source,
             label: label::label_for(&req.name),
             name: req.name,
             params,
@@ -283,11 +309,29 @@ impl ControllerService {
             owner_group: String::new(),
             attributes: plan.attributes(),
         };
-        plan.clients
+        let Some(snap) = &plan.source else {
+            return plan
+                .clients
+                .containers
+                .create(&spec)
+                .await
+                .map_err(plan.daos("creating the container"));
+        };
+        let (pool, cont) = (
+            snap.volume.pool.to_string(),
+            snap.volume.container.to_string(),
+        );
+        match plan
+            .clients
             .containers
-            .create(&spec)
+            .clone_snapshot(&pool, &cont, SnapshotRef::Epoch(snap.epoch), &spec)
             .await
-            .map_err(plan.daos("creating the container"))
+        {
+            Err(DaosError::NotFound { .. }) => {
+                Err(CreateVolumeError::SnapshotNotFound(snap.to_string()))
+            }
+            other => other.map_err(plan.daos("cloning the snapshot")),
+        }
     }
 
     /// Compares an existing container with the request; returns its quota (None: not set
@@ -316,6 +360,13 @@ impl ControllerService {
                     differences.push(format!(
                         "it belongs to tenant {:?} ({}), the request to tenant {:?} ({})",
                         rec.tenant, rec.principal, plan.record.tenant, plan.record.principal
+                    ));
+                }
+                if rec.source_snapshot != plan.record.source_snapshot {
+                    differences.push(format!(
+                        "it was made from {}, the request from {}",
+                        rec.source_snapshot.as_deref().unwrap_or("nothing"),
+                        plan.record.source_snapshot.as_deref().unwrap_or("nothing")
                     ));
                 }
                 if rec.properties != plan.record.properties {
@@ -377,7 +428,13 @@ impl ControllerService {
             capacity_bytes: i64::try_from(capacity).unwrap_or(i64::MAX),
             volume_id: id.to_string(),
             volume_context: context,
-            content_source: None,
+            content_source: plan.source.as_ref().map(|s| csi::VolumeContentSource {
+                r#type: Some(csi::volume_content_source::Type::Snapshot(
+                    csi::volume_content_source::SnapshotSource {
+                        snapshot_id: s.to_string(),
+                    },
+                )),
+            }),
             accessible_topology: vec![Topology {
                 segments: [(TOPOLOGY_SYSTEM_KEY.to_string(), id.system.clone())].into(),
             }],

@@ -35,6 +35,22 @@ impl ControllerService {
                 label: info.label,
             });
         }
+        let snapshots = clients
+            .containers
+            .snapshot_list(&pool, &cont)
+            .await
+            .map_err(daos("listing its snapshots"))?;
+        if !snapshots.is_empty() {
+            // Its snapshots need the container: hidden now, destroyed with the last one.
+            let mark = [(snapshots::DELETED_ATTR.to_string(), b"1".to_vec())];
+            clients
+                .containers
+                .set_attributes(&pool, &cont, mark.into_iter().collect())
+                .await
+                .map_err(daos("hiding it until its snapshots are deleted"))?;
+            tracing::info!(volume_id = %id, snapshots = snapshots.len(), "volume hidden; its container goes with its last snapshot");
+            return Ok(());
+        }
         match clients.containers.destroy(&pool, &cont, false).await {
             Ok(()) | Err(DaosError::NotFound { .. }) => {
                 tracing::info!(volume_id = %id, "volume deleted");

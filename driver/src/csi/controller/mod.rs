@@ -89,16 +89,21 @@ pub struct RequestRecord {
     pub principal: String,
     #[serde(default)]
     pub properties: ContainerProperties,
+    /// The snapshot the volume was made from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_snapshot: Option<String>,
 }
 
 mod checks;
 mod create;
 mod lifecycle;
+mod snapshots;
 #[cfg(test)]
 mod tests;
 
 use checks::*;
 pub use checks::{Capacity, check_capability, check_topology};
+pub use snapshots::DELETED_ATTR;
 
 /// The Controller service.
 pub struct ControllerService {
@@ -125,12 +130,17 @@ impl ControllerService {
     /// The capabilities this Controller service really implements.
     pub fn capabilities() -> Vec<ControllerServiceCapability> {
         use controller_service_capability::{Rpc, Type, rpc};
-        [rpc::Type::CreateDeleteVolume, rpc::Type::ExpandVolume]
-            .into_iter()
-            .map(|t| ControllerServiceCapability {
-                r#type: Some(Type::Rpc(Rpc { r#type: t as i32 })),
-            })
-            .collect()
+        [
+            rpc::Type::CreateDeleteVolume,
+            rpc::Type::ExpandVolume,
+            rpc::Type::CreateDeleteSnapshot,
+            rpc::Type::ListSnapshots,
+        ]
+        .into_iter()
+        .map(|t| ControllerServiceCapability {
+            r#type: Some(Type::Rpc(Rpc { r#type: t as i32 })),
+        })
+        .collect()
     }
 }
 
@@ -204,23 +214,27 @@ impl Controller for ControllerService {
 
     async fn create_snapshot(
         &self,
-        _: Request<csi::CreateSnapshotRequest>,
+        req: Request<csi::CreateSnapshotRequest>,
     ) -> Result<Response<csi::CreateSnapshotResponse>, Status> {
-        unimplemented("CreateSnapshot")
+        let snapshot = self.take_snapshot(req.into_inner()).await?;
+        Ok(Response::new(csi::CreateSnapshotResponse {
+            snapshot: Some(snapshot),
+        }))
     }
 
     async fn delete_snapshot(
         &self,
-        _: Request<csi::DeleteSnapshotRequest>,
+        req: Request<csi::DeleteSnapshotRequest>,
     ) -> Result<Response<csi::DeleteSnapshotResponse>, Status> {
-        unimplemented("DeleteSnapshot")
+        self.drop_snapshot(req.into_inner()).await?;
+        Ok(Response::new(csi::DeleteSnapshotResponse {}))
     }
 
     async fn list_snapshots(
         &self,
-        _: Request<csi::ListSnapshotsRequest>,
+        req: Request<csi::ListSnapshotsRequest>,
     ) -> Result<Response<csi::ListSnapshotsResponse>, Status> {
-        unimplemented("ListSnapshots")
+        Ok(Response::new(self.find_snapshots(req.into_inner()).await?))
     }
 
     async fn get_snapshot(

@@ -133,7 +133,9 @@ fn controller_capabilities_are_what_is_built() {
         types,
         vec![
             rpc::Type::CreateDeleteVolume as i32,
-            rpc::Type::ExpandVolume as i32
+            rpc::Type::ExpandVolume as i32,
+            rpc::Type::CreateDeleteSnapshot as i32,
+            rpc::Type::ListSnapshots as i32,
         ]
     );
 }
@@ -217,15 +219,6 @@ async fn unimplemented_rpcs_say_so() {
         c.get_capacity(Request::new(Default::default()))
             .await
             .unwrap_err(),
-        c.create_snapshot(Request::new(Default::default()))
-            .await
-            .unwrap_err(),
-        c.delete_snapshot(Request::new(Default::default()))
-            .await
-            .unwrap_err(),
-        c.list_snapshots(Request::new(Default::default()))
-            .await
-            .unwrap_err(),
         c.get_snapshot(Request::new(Default::default()))
             .await
             .unwrap_err(),
@@ -272,11 +265,21 @@ async fn bad_requests_are_refused_before_daos() {
     let mut r = good();
     r.volume_capabilities.clear();
     assert_eq!(code(r).await.code(), Code::InvalidArgument);
+    // A snapshot id of another driver names no snapshot of ours; a volume source is refused.
     let mut r = good();
     r.volume_content_source = Some(csi::VolumeContentSource {
         r#type: Some(csi::volume_content_source::Type::Snapshot(
             csi::volume_content_source::SnapshotSource {
                 snapshot_id: "s".into(),
+            },
+        )),
+    });
+    assert_eq!(code(r).await.code(), Code::NotFound);
+    let mut r = good();
+    r.volume_content_source = Some(csi::VolumeContentSource {
+        r#type: Some(csi::volume_content_source::Type::Volume(
+            csi::volume_content_source::VolumeSource {
+                volume_id: "v1/daos_server/6f1c2d1e-3a4b-4c5d-8e9f-0a1b2c3d4e5f/0b8a9c55-1d2e-4f60-9a7b-8c9d0e1f2a3b".into(),
             },
         )),
     });
