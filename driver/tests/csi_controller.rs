@@ -236,7 +236,7 @@ async fn identity_and_capabilities_over_the_socket() {
         .unwrap()
         .into_inner()
         .capabilities;
-    assert_eq!(ctl_caps.len(), 2, "{ctl_caps:?}");
+    assert_eq!(ctl_caps.len(), 4, "{ctl_caps:?}");
     let err = bed
         .ctl
         .clone()

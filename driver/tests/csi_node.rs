@@ -11,6 +11,7 @@
 mod common;
 
 use common::{can_mount, fio_available, tempdir, wait_until, write_and_verify};
+use dpufs_csi::csi::VolumeId;
 use dpufs_csi::keeper::Keeper;
 use dpufs_daos::{ContainerAdmin, EngineContainers};
 use dpufs_e2e::volume::EngineVolume;
@@ -880,4 +881,201 @@ async fn random_ids_and_paths_get_client_codes_and_touch_nothing() {
         Some(true),
         "the plugin still serves"
     );
+}
+
+impl Bed {
+    async fn snapshot(&self, name: &str, source: &str) -> csi::Snapshot {
+        self.ctl
+            .clone()
+            .create_snapshot(csi::CreateSnapshotRequest {
+                name: name.into(),
+                source_volume_id: source.into(),
+                ..Default::default()
+            })
+            .await
+            .expect("CreateSnapshot")
+            .into_inner()
+            .snapshot
+            .expect("a snapshot")
+    }
+
+    /// Stages and publishes `id` for a pod of `ns-a` at `<name>/mount`; returns the target.
+    async fn mount(&self, id: &str, name: &str) -> (PathBuf, PathBuf) {
+        let staging = self.path(&format!("{name}-globalmount"));
+        std::fs::create_dir_all(&staging).unwrap();
+        self.stage(id, &staging).await.expect("NodeStage");
+        let target = self.path(&format!("{name}/mount"));
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        self.publish(id, &staging, &target, "ns-a", false)
+            .await
+            .expect("publish");
+        (staging, target)
+    }
+
+    async fn unmount(&self, id: &str, (staging, target): (PathBuf, PathBuf)) {
+        self.unpublish(id, &target).await.expect("unpublish");
+        self.unstage(id, &staging).await.expect("unstage");
+    }
+
+    async fn containers(&self) -> Vec<String> {
+        let admin = EngineContainers::new(&self.vol.engine.client());
+        let list = admin.list(&self.vol.pool).await.unwrap();
+        list.into_iter().map(|c| c.uuid).collect()
+    }
+}
+
+/// Snapshot → write more → a volume from the snapshot has exactly the snapshot-time bytes.
+/// Deleting the source volume first hides it (its container stays for the snapshot);
+/// deleting the snapshot then takes the container.
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshot_write_more_clone_and_delete_the_volume_before_its_snapshot() {
+    if !can_mount() {
+        return;
+    }
+    let bed = Bed::new().await;
+    let source = bed.create("pvc-src", "ns-a").await.volume_id;
+    let mounted_src = bed.mount(&source, "src").await;
+    let then: Vec<u8> = (0..(3 << 20) + 77).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(mounted_src.1.join("data"), &then).unwrap();
+    std::fs::File::open(mounted_src.1.join("data"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+
+    let snap = bed.snapshot("snap-1", &source).await;
+    assert!(snap.ready_to_use);
+    assert_eq!(snap.source_volume_id, source);
+    assert_eq!(snap.size_bytes, 512 * MIB);
+    let again = bed.snapshot("snap-1", &source).await;
+    assert_eq!(
+        again.snapshot_id, snap.snapshot_id,
+        "CreateSnapshot is idempotent"
+    );
+
+    // Write more after the snapshot: overwrite, add a file.
+    std::fs::write(mounted_src.1.join("data"), b"changed after the snapshot").unwrap();
+    std::fs::write(mounted_src.1.join("later"), b"new").unwrap();
+
+    let clone = bed
+        .ctl
+        .clone()
+        .create_volume(csi::CreateVolumeRequest {
+            name: "pvc-clone".into(),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: 512 * MIB,
+                limit_bytes: 0,
+            }),
+            volume_capabilities: vec![cap(access_mode::Mode::MultiNodeMultiWriter)],
+            parameters: [("pool".to_string(), "fast".to_string())].into(),
+            volume_content_source: Some(csi::VolumeContentSource {
+                r#type: Some(csi::volume_content_source::Type::Snapshot(
+                    csi::volume_content_source::SnapshotSource {
+                        snapshot_id: snap.snapshot_id.clone(),
+                    },
+                )),
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("CreateVolume from the snapshot")
+        .into_inner()
+        .volume
+        .unwrap();
+    assert!(clone.content_source.is_some());
+    let mounted_clone = bed.mount(&clone.volume_id, "clone").await;
+    assert_eq!(
+        std::fs::read(mounted_clone.1.join("data")).unwrap(),
+        then,
+        "the clone has the snapshot-time bytes"
+    );
+    assert!(!mounted_clone.1.join("later").exists());
+    std::fs::write(mounted_clone.1.join("own"), b"clone only").unwrap();
+    assert!(
+        !mounted_src.1.join("own").exists(),
+        "the clone is independent"
+    );
+
+    let listed = bed
+        .ctl
+        .clone()
+        .list_snapshots(csi::ListSnapshotsRequest {
+            source_volume_id: source.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.entries.len(), 1);
+    let all = bed
+        .ctl
+        .clone()
+        .list_snapshots(csi::ListSnapshotsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(all.entries.len(), 1, "{all:?}");
+    let bad = bed
+        .ctl
+        .clone()
+        .list_snapshots(csi::ListSnapshotsRequest {
+            starting_token: "99".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::Aborted);
+
+    bed.unmount(&source, mounted_src).await;
+    bed.unmount(&clone.volume_id, mounted_clone).await;
+    let before = bed.containers().await;
+    let delete = |id: String| {
+        let mut ctl = bed.ctl.clone();
+        async move {
+            ctl.delete_volume(csi::DeleteVolumeRequest {
+                volume_id: id,
+                ..Default::default()
+            })
+            .await
+            .expect("DeleteVolume");
+        }
+    };
+    delete(source.clone()).await;
+    assert_eq!(bed.containers().await, before, "kept for its snapshot");
+    let hidden = bed
+        .ctl
+        .clone()
+        .create_snapshot(csi::CreateSnapshotRequest {
+            name: "snap-2".into(),
+            source_volume_id: source.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        hidden.code(),
+        Code::NotFound,
+        "a deleted volume takes no new snapshot"
+    );
+    let drop_snapshot = || {
+        let mut ctl = bed.ctl.clone();
+        let id = snap.snapshot_id.clone();
+        async move {
+            ctl.delete_snapshot(csi::DeleteSnapshotRequest {
+                snapshot_id: id,
+                ..Default::default()
+            })
+            .await
+            .expect("DeleteSnapshot");
+        }
+    };
+    drop_snapshot().await;
+    drop_snapshot().await;
+    let source_container = VolumeId::parse(&source).unwrap().container.to_string();
+    let after = bed.containers().await;
+    assert!(
+        !after.contains(&source_container),
+        "gone with its last snapshot"
+    );
+    assert_eq!(after.len(), before.len() - 1);
+    delete(clone.volume_id.clone()).await;
 }
