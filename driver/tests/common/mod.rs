@@ -3,6 +3,7 @@
 //! /sys/fs/fuse/connections and lazily unmounted in Drop).
 #![allow(dead_code)]
 
+pub mod csi_bed;
 pub mod load;
 
 use dpufs_csi::fuse as fusedev;
