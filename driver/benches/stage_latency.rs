@@ -29,7 +29,10 @@ async fn main() {
     let bed = Bed::new().await;
     let mut took = Vec::with_capacity(rounds);
     for round in 0..rounds {
-        let id = bed.create(&format!("pvc-bench-{round}"), "ns-a").await.volume_id;
+        let id = bed
+            .create(&format!("pvc-bench-{round}"), "ns-a")
+            .await
+            .volume_id;
         let staging = bed.path(&format!("stage-{round}"));
         std::fs::create_dir_all(&staging).unwrap();
         let start = Instant::now();

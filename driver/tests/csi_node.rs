@@ -282,14 +282,7 @@ async fn kill9_of_the_node_plugin_under_fio_disturbs_nothing() {
     let mut bed = Bed::new().await;
     let volume = bed.create("pvc-3", "ns-a").await;
     let id = volume.volume_id.clone();
-    let staging = bed.path("globalmount");
-    std::fs::create_dir_all(&staging).unwrap();
-    bed.stage(&id, &staging).await.expect("NodeStage");
-    let target = bed.path("pod/mount");
-    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-    bed.publish(&id, &staging, &target, "ns-a", false)
-        .await
-        .expect("publish");
+    let (staging, target) = bed.mount(&id, "pod").await;
     let worker = bed.keeper_volumes()[0].1.expect("a worker");
 
     let dir = target.clone();
@@ -341,14 +334,7 @@ async fn expansion_shows_in_the_pods_target_and_writes_go_past_the_old_size() {
     let bed = Bed::new().await;
     let volume = bed.create_sized("pvc-4", "ns-a", 64 * MIB).await;
     let id = volume.volume_id.clone();
-    let staging = bed.path("globalmount");
-    std::fs::create_dir_all(&staging).unwrap();
-    bed.stage(&id, &staging).await.expect("NodeStage");
-    let target = bed.path("pod/mount");
-    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-    bed.publish(&id, &staging, &target, "ns-a", false)
-        .await
-        .expect("publish");
+    let (staging, target) = bed.mount(&id, "pod").await;
     let total = |p: &Path| {
         let out = Command::new("df")
             .args(["--block-size=1", "--output=size"])
