@@ -540,3 +540,36 @@ async fn snapshot_write_more_clone_and_delete_the_volume_before_its_snapshot() {
     assert_eq!(after.len(), before.len() - 1);
     delete(clone.volume_id.clone()).await;
 }
+
+/// The plugin renews the capabilities it signed: with a 3-second lifetime (renewed every
+/// second), a volume whose worker must reconnect long after its first capability expired — the
+/// engine crashed and came back — reconnects with a renewed one and serves; the engine
+/// refuses expired capabilities (no clock skew allowed in this bed).
+#[tokio::test(flavor = "multi_thread")]
+async fn capabilities_are_renewed_so_a_reconnect_after_their_lifetime_succeeds() {
+    if !can_mount() {
+        return;
+    }
+    let mut bed = Bed::with_node_args(&["--capability-ttl-secs", "3"]).await;
+    let id = bed.create("pvc-6", "ns-a").await.volume_id;
+    let (staging, target) = bed.mount(&id, "pod").await;
+    std::fs::write(target.join("before"), b"written with the first capability").unwrap();
+    // Durable before the engine crashes: unsynced data may go with it, as on DAOS.
+    std::fs::File::open(target.join("before"))
+        .and_then(|f| f.sync_all())
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(7)).await;
+    tokio::task::block_in_place(|| bed.vol.engine.crash_and_restart()).expect("engine back");
+    let back = tokio::task::spawn_blocking({
+        let target = target.clone();
+        move || {
+            std::fs::write(target.join("after"), b"after the reconnect")?;
+            std::fs::read(target.join("before"))
+        }
+    })
+    .await
+    .unwrap()
+    .expect("I/O after a reconnect with a renewed capability");
+    assert_eq!(back, b"written with the first capability");
+    bed.unmount(&id, (staging, target)).await;
+}

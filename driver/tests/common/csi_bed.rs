@@ -29,6 +29,8 @@ pub struct Bed {
     pub ctl: ControllerClient<Channel>,
     pub node: NodeClient<Channel>,
     pub ident: IdentityClient<Channel>,
+    /// Extra flags of the node plugin.
+    pub node_args: Vec<String>,
 }
 
 impl Drop for Bed {
@@ -77,6 +79,11 @@ pub fn plugin(args: &[&str], extra: &[PathBuf]) -> Child {
 
 impl Bed {
     pub async fn new() -> Bed {
+        Bed::with_node_args(&[]).await
+    }
+
+    /// A bed whose node plugin also gets `node_args`.
+    pub async fn with_node_args(node_args: &[&str]) -> Bed {
         let vol = tokio::task::spawn_blocking(|| EngineVolume::start(1, 2 << 30))
             .await
             .unwrap();
@@ -113,6 +120,7 @@ impl Bed {
             node: NodeClient::new(lazy_channel()),
             ident: IdentityClient::new(lazy_channel()),
             dir,
+            node_args: node_args.iter().map(|a| a.to_string()).collect(),
         };
         bed.plugins.push(bed.node_plugin(&node_sock));
         let node_channel = connect(&node_sock).await;
@@ -123,8 +131,10 @@ impl Bed {
 
     /// Starts a node plugin serving on `socket`, with the bed's directory, state and key.
     pub fn node_plugin(&self, socket: &Path) -> Child {
+        let mut args = vec!["node", "--node-id", "node-1", "--keeper-start", "never"];
+        args.extend(self.node_args.iter().map(String::as_str));
         plugin(
-            &["node", "--node-id", "node-1", "--keeper-start", "never"],
+            &args,
             &[
                 "--mount-root".into(),
                 self.dir.path().to_path_buf(),
