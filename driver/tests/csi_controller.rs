@@ -236,11 +236,11 @@ async fn identity_and_capabilities_over_the_socket() {
         .unwrap()
         .into_inner()
         .capabilities;
-    assert_eq!(ctl_caps.len(), 4, "{ctl_caps:?}");
+    assert_eq!(ctl_caps.len(), 8, "{ctl_caps:?}");
     let err = bed
         .ctl
         .clone()
-        .list_volumes(csi::ListVolumesRequest::default())
+        .controller_publish_volume(csi::ControllerPublishVolumeRequest::default())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
@@ -695,4 +695,121 @@ async fn expand_volume_raises_the_quota() {
     let err = expand(0, &vol.volume_id).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     bed.shutdown().await;
+}
+
+/// ListVolumes pages through every volume of the driver, ControllerGetVolume shows one with
+/// its condition, GetCapacity reports the pool's free data bytes for its system and 0 for
+/// another system's topology.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_get_and_capacity_show_what_exists() {
+    let bed = Bed::new().await;
+    let mut ids = vec![];
+    for name in ["pvc-l1", "pvc-l2", "pvc-l3"] {
+        let vol = bed
+            .create(request(name, GIB, &[("pool", "fast"), NS_A]))
+            .await
+            .unwrap();
+        ids.push(vol.volume_id);
+    }
+    ids.sort();
+    let mut ctl = bed.ctl.clone();
+    let mut seen = vec![];
+    let mut token = String::new();
+    loop {
+        let page = ctl
+            .list_volumes(csi::ListVolumesRequest {
+                max_entries: 2,
+                starting_token: token.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(page.entries.len() <= 2);
+        for e in page.entries {
+            let v = e.volume.unwrap();
+            assert_eq!(v.capacity_bytes, GIB);
+            assert!(!e.status.unwrap().volume_condition.unwrap().abnormal);
+            seen.push(v.volume_id);
+        }
+        if page.next_token.is_empty() {
+            break;
+        }
+        token = page.next_token;
+    }
+    assert_eq!(seen, ids, "every volume once, in order");
+    let bad = ctl
+        .list_volumes(csi::ListVolumesRequest {
+            max_entries: 0,
+            starting_token: "x".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::Aborted);
+
+    let got = ctl
+        .controller_get_volume(csi::ControllerGetVolumeRequest {
+            volume_id: ids[0].clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.volume.unwrap().volume_id, ids[0]);
+    let condition = got.status.unwrap().volume_condition.unwrap();
+    assert!(!condition.abnormal, "{condition:?}");
+    bed.delete(&ids[0]).await.unwrap();
+    let gone = ctl
+        .controller_get_volume(csi::ControllerGetVolumeRequest {
+            volume_id: ids[0].clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound);
+    let foreign = ctl
+        .controller_get_volume(csi::ControllerGetVolumeRequest {
+            volume_id: "some-volume".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(foreign.code(), Code::NotFound);
+
+    let capacity = |params: &[(&str, &str)], system: Option<&str>| {
+        let mut ctl = bed.ctl.clone();
+        let parameters = params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let topology = system.map(|s| csi::Topology {
+            segments: [(TOPOLOGY_SYSTEM_KEY.to_string(), s.to_string())].into(),
+        });
+        async move {
+            ctl.get_capacity(csi::GetCapacityRequest {
+                parameters,
+                accessible_topology: topology,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+        }
+    };
+    let fast = capacity(&[("pool", "fast")], Some("daos_server")).await;
+    assert!(
+        fast.available_capacity > 0 && fast.available_capacity <= 2 * GIB,
+        "{fast:?}"
+    );
+    assert!(fast.maximum_volume_size.is_some_and(|m| m <= 2 * GIB));
+    let all = capacity(&[], None).await;
+    assert!(all.available_capacity >= fast.available_capacity, "{all:?}");
+    let other = capacity(&[], Some("elsewhere")).await;
+    assert_eq!(other.available_capacity, 0);
+    let err = bed
+        .ctl
+        .clone()
+        .get_capacity(csi::GetCapacityRequest {
+            parameters: [("tier".to_string(), "gold".to_string())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
 }

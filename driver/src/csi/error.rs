@@ -229,6 +229,25 @@ pub enum SnapshotError {
     Daos { step: String, source: DaosError },
 }
 
+/// ListVolumes, ControllerGetVolume and GetCapacity.
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("ControllerGetVolume needs a volume id")]
+    MissingId,
+    #[error("{0}")]
+    MalformedId(VolumeIdError),
+    #[error("volume {0} does not exist")]
+    NotFound(String),
+    #[error("starting token {0:?} is not one this driver gave")]
+    BadToken(String),
+    #[error("{0}")]
+    Params(#[from] ParamError),
+    #[error("{0}")]
+    Directory(#[from] DirectoryError),
+    #[error("{step}: {source}")]
+    Daos { step: String, source: DaosError },
+}
+
 /// A path kubelet passed that the node plugin will not touch.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{what} {path:?} {reason}")]
@@ -365,6 +384,8 @@ pub enum CsiError {
     #[error("{0}")]
     Snapshot(#[from] SnapshotError),
     #[error("{0}")]
+    Inventory(#[from] InventoryError),
+    #[error("{0}")]
     Stage(#[from] StageError),
     #[error("{0}")]
     Publish(#[from] PublishError),
@@ -438,6 +459,15 @@ impl CsiError {
                 E::Daos { source, .. } => daos_code(source),
             },
             CsiError::Snapshot(e) => snapshot_code(e),
+            CsiError::Inventory(e) => match e {
+                InventoryError::MissingId | InventoryError::Params(_) => Code::InvalidArgument,
+                InventoryError::MalformedId(VolumeIdError::Foreign(_))
+                | InventoryError::NotFound(_) => Code::NotFound,
+                InventoryError::MalformedId(_) => Code::InvalidArgument,
+                InventoryError::BadToken(_) => Code::Aborted,
+                InventoryError::Directory(d) => directory_code(d),
+                InventoryError::Daos { source, .. } => daos_code(source),
+            },
             CsiError::Stage(e) => stage_code(e),
             CsiError::Publish(e) => publish_code(e),
             CsiError::Stats(e) => match e {
@@ -579,7 +609,8 @@ into_status!(
     StageError,
     PublishError,
     StatsError,
-    SnapshotError
+    SnapshotError,
+    InventoryError
 );
 
 #[cfg(test)]

@@ -445,6 +445,26 @@ fn node_table() -> Vec<(CsiError, Code, &'static str)> {
             "no snapshot id",
         ),
         (
+            InventoryError::NotFound("v1/x".into()).into(),
+            Code::NotFound,
+            "does not exist",
+        ),
+        (
+            InventoryError::MissingId.into(),
+            Code::InvalidArgument,
+            "needs a volume id",
+        ),
+        (
+            InventoryError::BadToken("9".into()).into(),
+            Code::Aborted,
+            "\"9\"",
+        ),
+        (
+            InventoryError::Params(ParamError::Unknown(vec!["tier".into()])).into(),
+            Code::InvalidArgument,
+            "tier",
+        ),
+        (
             SnapshotError::MissingName("CreateSnapshot").into(),
             Code::InvalidArgument,
             "snapshot name",

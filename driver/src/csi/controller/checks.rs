@@ -119,16 +119,17 @@ pub fn check_topology(
 /// The bytes of data a pool can hold: its NVMe tier, or SCM when it has no NVMe (where
 /// DAOS puts data then). `None` when the pool reports no tiers.
 pub(super) fn pool_data_bytes(info: &dpufs_daos::PoolInfo) -> Option<u64> {
+    pool_data_tier(info).map(|t| t.total)
+}
+
+/// The tier that holds a pool's data: NVMe, or SCM when the pool has no NVMe.
+pub(super) fn pool_data_tier(info: &dpufs_daos::PoolInfo) -> Option<&dpufs_daos::TierUsage> {
     let tier = |media: &str| {
         info.tiers
             .iter()
-            .find(|t| t.media.eq_ignore_ascii_case(media))
-            .map(|t| t.total)
+            .find(|t| t.media.eq_ignore_ascii_case(media) && t.total > 0)
     };
-    match tier("NVME") {
-        Some(n) if n > 0 => Some(n),
-        _ => tier("SCM").filter(|&s| s > 0),
-    }
+    tier("NVME").or_else(|| tier("SCM"))
 }
 
 pub(super) fn quota_of(info: &ContainerInfo) -> Option<u64> {

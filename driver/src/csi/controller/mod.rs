@@ -96,6 +96,7 @@ pub struct RequestRecord {
 
 mod checks;
 mod create;
+mod inventory;
 mod lifecycle;
 mod snapshots;
 #[cfg(test)]
@@ -135,6 +136,10 @@ impl ControllerService {
             rpc::Type::ExpandVolume,
             rpc::Type::CreateDeleteSnapshot,
             rpc::Type::ListSnapshots,
+            rpc::Type::ListVolumes,
+            rpc::Type::GetCapacity,
+            rpc::Type::GetVolume,
+            rpc::Type::VolumeCondition,
         ]
         .into_iter()
         .map(|t| ControllerServiceCapability {
@@ -191,16 +196,16 @@ impl Controller for ControllerService {
 
     async fn list_volumes(
         &self,
-        _: Request<csi::ListVolumesRequest>,
+        req: Request<csi::ListVolumesRequest>,
     ) -> Result<Response<csi::ListVolumesResponse>, Status> {
-        unimplemented("ListVolumes")
+        Ok(Response::new(self.volumes(req.into_inner()).await?))
     }
 
     async fn get_capacity(
         &self,
-        _: Request<csi::GetCapacityRequest>,
+        req: Request<csi::GetCapacityRequest>,
     ) -> Result<Response<csi::GetCapacityResponse>, Status> {
-        unimplemented("GetCapacity")
+        Ok(Response::new(self.capacity(req.into_inner()).await?))
     }
 
     async fn controller_get_capabilities(
@@ -253,9 +258,9 @@ impl Controller for ControllerService {
 
     async fn controller_get_volume(
         &self,
-        _: Request<csi::ControllerGetVolumeRequest>,
+        req: Request<csi::ControllerGetVolumeRequest>,
     ) -> Result<Response<csi::ControllerGetVolumeResponse>, Status> {
-        unimplemented("ControllerGetVolume")
+        Ok(Response::new(self.volume_status(req.into_inner()).await?))
     }
 
     async fn controller_modify_volume(

@@ -120,23 +120,9 @@ impl ControllerService {
     ) -> Result<ListSnapshotsResponse, SnapshotError> {
         let mut entries = self.matching_snapshots(&req).await?;
         entries.sort_by(|a, b| a.snapshot_id.cmp(&b.snapshot_id));
-        let start = match req.starting_token.as_str() {
-            "" => 0,
-            t => match t.parse::<usize>() {
-                Ok(n) if n <= entries.len() => n,
-                _ => return Err(SnapshotError::BadToken(t.to_string())),
-            },
-        };
-        let max = match req.max_entries {
-            n if n > 0 => n as usize,
-            _ => usize::MAX,
-        };
-        let end = start.saturating_add(max).min(entries.len());
-        let next_token = if end < entries.len() {
-            end.to_string()
-        } else {
-            String::new()
-        };
+        let (start, end, next_token) =
+            super::inventory::page(&req.starting_token, req.max_entries, entries.len())
+                .map_err(|_| SnapshotError::BadToken(req.starting_token.clone()))?;
         Ok(ListSnapshotsResponse {
             entries: entries[start..end]
                 .iter()
