@@ -284,9 +284,12 @@ impl Namespace {
         let Some(write) = self.start_write(oid, (offset, len), len)? else {
             return Ok(());
         };
-        if let Err(e) = self.meta.record_write(oid, end, write.growth()) {
+        let recorded = self
+            .chunks
+            .record_growth(&write, || self.meta.record_write(oid, end, write.growth()));
+        if let Err(e) = recorded {
+            self.chunks.drop_reservation(&write);
             self.chunks.finish_write(oid, &write);
-            self.chunks.release(write.growth());
             return Err(e);
         }
         self.chunks.queue_write(oid, offset, write, data);
@@ -337,13 +340,17 @@ impl Namespace {
             return Ok(());
         };
         let moved = apply(&write).storage();
-        // Recorded before the change stops being in flight, so its growth is always counted
-        // once against the quota: pending, then used.
-        let written = moved.and_then(|()| self.meta.record_write(oid, new_end, write.growth()));
-        self.chunks.finish_write(oid, &write);
+        // Recorded (and no longer pending) in one step, so its growth is always counted
+        // exactly once against the quota.
+        let written = moved.and_then(|()| {
+            self.chunks.record_growth(&write, || {
+                self.meta.record_write(oid, new_end, write.growth())
+            })
+        });
         if written.is_err() {
-            self.chunks.release(write.growth());
+            self.chunks.drop_reservation(&write);
         }
+        self.chunks.finish_write(oid, &write);
         written
     }
 

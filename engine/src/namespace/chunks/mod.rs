@@ -368,20 +368,38 @@ impl ChunkStore {
         Ok(Some(ChunkWrite { pieces, growth }))
     }
 
-    /// Ends a write whose bytes moved (or failed to): its chunks are dirty, whatever its
-    /// outcome (bytes may have landed), and its reservation is no longer pending. Callers
-    /// record its growth before, or give it back after.
-    pub fn finish_write(&self, oid: Oid, write: &ChunkWrite) {
+    /// Records a write's growth as used (`record`: the superblock's counter) and stops
+    /// counting it as pending, in one step under the writes lock. Done in two, a reservation
+    /// in between would count the growth twice (recorded and pending) and refuse space that
+    /// is there. On an error nothing changed: the growth is still pending.
+    pub fn record_growth(
+        &self,
+        write: &ChunkWrite,
+        record: impl FnOnce() -> DfsResult<()>,
+    ) -> DfsResult<()> {
         let mut st = self.writes.lock();
+        record()?;
         st.pending_growth -= write.growth;
-        st.landed(oid, &write.pieces);
+        Ok(())
+    }
+
+    /// Gives back the reservation of a write whose growth was not recorded: no longer
+    /// pending, and returned to the pool.
+    pub fn drop_reservation(&self, write: &ChunkWrite) {
+        self.writes.lock().pending_growth -= write.growth;
+        self.release(write.growth);
+    }
+
+    /// Ends a write whose bytes moved (or failed to): its chunks are dirty, whatever its
+    /// outcome (bytes may have landed). Its reservation was recorded or dropped before.
+    pub fn finish_write(&self, oid: Oid, write: &ChunkWrite) {
+        self.writes.lock().landed(oid, &write.pieces);
     }
 
     /// Hands a write whose growth is recorded to an I/O thread, which moves `data` into its
     /// chunk files (see `write_behind.rs`).
     pub fn queue_write(&self, oid: Oid, offset: u64, write: ChunkWrite, data: IoBuf) {
-        self.writes
-            .queue(oid, offset, write.pieces, write.growth, data);
+        self.writes.queue(oid, offset, write.pieces, data);
     }
 
     /// Copy-on-write: a chunk file shared with a snapshot is copied before it

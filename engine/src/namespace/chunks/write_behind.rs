@@ -82,20 +82,19 @@ impl Writes {
             .expect("writes lock")
     }
 
-    /// Queues a write whose space is reserved and whose size is recorded (its `growth` now
-    /// counts as used, no longer pending) for an I/O thread to move `data` into its pieces.
+    /// Queues a write whose space is reserved and whose growth and size are recorded
+    /// ([`ChunkStore::record_growth`](super::ChunkStore::record_growth)) for an I/O thread to
+    /// move `data` into its pieces.
     pub(super) fn queue(
         self: &Arc<Self>,
         oid: Oid,
         offset: u64,
         pieces: Vec<WritePiece>,
-        growth: u64,
         data: IoBuf,
     ) {
         let len = data.len() as u64;
         {
             let mut st = self.lock();
-            st.pending_growth -= growth;
             for p in &pieces {
                 *st.queued.chunks.entry((oid, p.idx)).or_insert(0) += 1;
             }
