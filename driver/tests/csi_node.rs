@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::csi_bed::{Bed, MIB, cap, connect_fresh, mounted};
+use common::csi_bed::{Bed, MIB, cap, connect, mounted};
 use common::{can_mount, fio_available, wait_until, write_and_verify};
 use dpufs_csi::csi::VolumeId;
 use dpufs_daos::{ContainerAdmin, EngineContainers};
@@ -303,7 +303,7 @@ async fn kill9_of_the_node_plugin_under_fio_disturbs_nothing() {
     node.wait().expect("reaped");
     let node_sock = bed.path("node.sock");
     bed.plugins.push(bed.node_plugin(&node_sock));
-    let channel = connect_fresh(&node_sock).await;
+    let channel = connect(&node_sock).await;
     bed.node = NodeClient::new(channel);
     fio.await.expect("fio with verify through the pod's target");
 

@@ -53,7 +53,11 @@ impl Drop for Bed {
 
 pub async fn connect(socket: &Path) -> Channel {
     let socket = socket.to_path_buf();
-    wait_until("the plugin socket", || socket.exists());
+    // Accepting, not only bound: the socket file exists a moment before the server listens
+    // (and a killed plugin's file stays until its successor replaces it).
+    wait_until("the plugin to accept on its socket", || {
+        std::os::unix::net::UnixStream::connect(&socket).is_ok()
+    });
     Endpoint::from_static("http://csi.sock")
         .connect_with_connector(tower::service_fn(move |_| {
             let socket = socket.clone();
@@ -285,17 +289,6 @@ pub fn cap(mode: access_mode::Mode) -> VolumeCapability {
 
 pub fn mounted(path: &Path) -> bool {
     dpufs_node_api::mountinfo::find(path).unwrap().is_some()
-}
-
-/// Connects once the new plugin has replaced the dead one's socket.
-pub async fn connect_fresh(socket: &Path) -> Channel {
-    for _ in 0..200 {
-        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
-            return connect(socket).await;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("no plugin answers on {}", socket.display());
 }
 
 impl Bed {
