@@ -24,6 +24,8 @@ pub struct MountInfo {
     pub fstype: String,
     /// Mount source (`dpufs`).
     pub source: String,
+    /// Mounted read-only (the per-mount `ro` option, as a read-only bind mount has it).
+    pub read_only: bool,
 }
 
 impl MountInfo {
@@ -40,6 +42,7 @@ impl MountInfo {
             mountpoint: unescape(fields[4]),
             fstype: fields[sep + 1].to_string(),
             source: fields[sep + 2].to_string(),
+            read_only: fields[5].split(',').any(|o| o == "ro"),
         })
     }
 
@@ -131,12 +134,26 @@ not a mount line
     }
 
     #[test]
+    fn lines_give_device_and_read_only() {
+        let line = "36 35 0:52 / /var/lib/kubelet/pods/p/volumes/x\\040y/mount ro,nosuid,relatime shared:1 - fuse.dpufs dpufs rw,user_id=0";
+        let m = MountInfo::parse_line(line).unwrap();
+        assert_eq!(
+            m.mountpoint,
+            PathBuf::from("/var/lib/kubelet/pods/p/volumes/x y/mount")
+        );
+        assert_eq!((m.dev, m.read_only), ((0, 52), true));
+        let m = MountInfo::parse_line("36 35 0:52 / /m rw,relatime - fuse.dpufs dpufs ro").unwrap();
+        assert!(!m.read_only, "only the per-mount options count");
+    }
+
+    #[test]
     fn connection_numbers_use_the_kernels_device_encoding() {
         let m = |dev| MountInfo {
             dev,
             mountpoint: "/m".into(),
             fstype: "fuse.dpufs".into(),
             source: "dpufs".into(),
+            read_only: false,
         };
         assert_eq!(m((0, 42)).connection(), 42);
         assert_eq!(m((0, 300)).connection(), 300);

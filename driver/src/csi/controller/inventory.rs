@@ -58,38 +58,27 @@ impl ControllerService {
     ) -> Result<ListVolumesResponse, InventoryError> {
         let system = self.dir.default_system().await?;
         let clients = self.dir.system(&system).await?;
+        let pools = self.dir.pools(&system).await?;
+        let volumes = listed_volumes(&clients, &system, &pools)
+            .await
+            .map_err(|(step, source)| InventoryError::Daos { step, source })?;
+        let mut pool_infos = HashMap::new();
         let mut entries = vec![];
-        for pool in self.dir.pools(&system).await? {
-            let pool_id = pool.uuid.to_string();
-            let containers = match clients.containers.list(&pool_id).await {
-                Ok(c) => c,
-                Err(DaosError::NotFound { .. }) => continue,
-                Err(e) => return Err(daos_err(format!("listing pool {}", pool.name))(e)),
-            };
-            let pool_info = clients.mgmt.pool_query(&pool_id).await.ok();
-            for c in containers
-                .iter()
-                .filter(|c| label::is_volume_label(&c.label))
-            {
-                let uuid =
-                    container_uuid(c).map_err(daos_err(format!("listing pool {}", pool.name)))?;
-                if hidden(&clients, &pool_id, &c.uuid).await {
-                    continue;
-                }
-                let info = clients
-                    .containers
-                    .query(&pool_id, &c.uuid)
-                    .await
-                    .map_err(daos_err(format!("querying container {}", c.uuid)))?;
-                let id = VolumeId::new(system.clone(), pool.uuid, uuid);
-                entries.push(list_volumes_response::Entry {
-                    volume: Some(listed(&id, &info)),
-                    status: Some(list_volumes_response::VolumeStatus {
-                        published_node_ids: vec![],
-                        volume_condition: Some(condition(pool_info.as_ref())),
-                    }),
-                });
+        for (id, info) in volumes {
+            let (pool, cont) = (id.pool.to_string(), id.container.to_string());
+            if hidden(&clients, &pool, &cont).await {
+                continue;
             }
+            if let std::collections::hash_map::Entry::Vacant(e) = pool_infos.entry(id.pool) {
+                e.insert(clients.mgmt.pool_query(&pool).await.ok());
+            }
+            entries.push(list_volumes_response::Entry {
+                volume: Some(listed(&id, &info)),
+                status: Some(list_volumes_response::VolumeStatus {
+                    published_node_ids: vec![],
+                    volume_condition: Some(condition(pool_infos[&id.pool].as_ref())),
+                }),
+            });
         }
         entries.sort_by(|a, b| {
             let id =
@@ -180,6 +169,31 @@ impl ControllerService {
             minimum_volume_size: None,
         })
     }
+}
+
+/// The driver's volumes in `pools` of `system`, each with its container as DAOS lists it
+/// (properties included); a pool DAOS no longer has is skipped. A failure says which step.
+pub(super) async fn listed_volumes(
+    clients: &SystemClients,
+    system: &str,
+    pools: &[PoolRef],
+) -> Result<Vec<(VolumeId, ContainerInfo)>, (String, DaosError)> {
+    let mut out = vec![];
+    for pool in pools {
+        let step = || format!("listing pool {}", pool.name);
+        let containers = match clients.containers.list(&pool.uuid.to_string()).await {
+            Ok(c) => c,
+            Err(DaosError::NotFound { .. }) => continue,
+            Err(e) => return Err((step(), e)),
+        };
+        for c in containers {
+            if label::is_volume_label(&c.label) {
+                let uuid = container_uuid(&c).map_err(|e| (step(), e))?;
+                out.push((VolumeId::new(system, pool.uuid, uuid), c));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The slice `[start, end)` of `len` entries a token and a maximum select, and the next token.

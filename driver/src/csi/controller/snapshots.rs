@@ -156,25 +156,13 @@ impl ControllerService {
         }
         let system = self.dir.default_system().await?;
         let clients = self.dir.system(&system).await?;
+        let pools = self.dir.pools(&system).await?;
+        let volumes = super::inventory::listed_volumes(&clients, &system, &pools)
+            .await
+            .map_err(|(step, source)| SnapshotError::Daos { step, source })?;
         let mut out = vec![];
-        for pool in self.dir.pools(&system).await? {
-            let pool_id = pool.uuid.to_string();
-            let containers = match clients.containers.list(&pool_id).await {
-                Ok(c) => c,
-                Err(DaosError::NotFound { .. }) => continue,
-                Err(e) => return Err(daos_err(format!("listing pool {}", pool.name))(e)),
-            };
-            for c in containers
-                .iter()
-                .filter(|c| label::is_volume_label(&c.label))
-            {
-                let volume = VolumeId::new(
-                    system.clone(),
-                    pool.uuid,
-                    container_uuid(c).map_err(daos_err(format!("listing pool {}", pool.name)))?,
-                );
-                out.extend(self.volume_snapshots(&volume).await?);
-            }
+        for (volume, _) in volumes {
+            out.extend(self.volume_snapshots(&volume).await?);
         }
         Ok(out)
     }

@@ -1,37 +1,16 @@
 //! The bind mounts NodePublishVolume makes from a staged volume into a pod's target, and
 //! what /proc/self/mountinfo says about a path.
 
+use dpufs_node_api::mountinfo::MountInfo;
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-/// A mount at a path, as mountinfo shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mounted {
-    /// Device of the mounted file system (a bind of the staged volume has the volume's).
-    pub dev: (u32, u32),
-    /// Mounted read-only (the per-mount `ro` option).
-    pub read_only: bool,
-}
-
-/// The topmost mount exactly at `path`.
-pub fn at(path: &Path) -> io::Result<Option<Mounted>> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(text
-        .lines()
-        .filter_map(parse)
-        .rfind(|(p, _)| p == path)
-        .map(|(_, m)| m))
-}
-
-fn parse(line: &str) -> Option<(std::path::PathBuf, Mounted)> {
-    let fields: Vec<&str> = line.split(' ').collect();
-    let (maj, min) = fields.get(2)?.split_once(':')?;
-    let mountpoint = dpufs_node_api::mountinfo::unescape(fields.get(4)?);
-    let read_only = fields.get(5)?.split(',').any(|o| o == "ro");
-    let dev = (maj.parse().ok()?, min.parse().ok()?);
-    Some((mountpoint, Mounted { dev, read_only }))
+/// The topmost mount exactly at `path` (`dpufs_node_api::mountinfo`: its device, which a
+/// bind of a staged volume shares with the volume, and whether it is read-only).
+pub fn at(path: &Path) -> io::Result<Option<MountInfo>> {
+    dpufs_node_api::mountinfo::find(path)
 }
 
 fn cpath(p: &Path) -> io::Result<CString> {
@@ -91,26 +70,5 @@ pub fn unmount(target: &Path) -> io::Result<()> {
             cvt(unsafe { libc::umount2(p.as_ptr(), libc::MNT_DETACH) })
         }
         other => other,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_lines_give_device_and_read_only() {
-        let line = "36 35 0:52 / /var/lib/kubelet/pods/p/volumes/x\\040y/mount ro,nosuid,relatime shared:1 - fuse.dpufs dpufs rw,user_id=0";
-        let (path, m) = parse(line).unwrap();
-        assert_eq!(path, Path::new("/var/lib/kubelet/pods/p/volumes/x y/mount"));
-        assert_eq!(
-            m,
-            Mounted {
-                dev: (0, 52),
-                read_only: true
-            }
-        );
-        let (_, m) = parse("36 35 0:52 / /m rw,relatime - fuse.dpufs dpufs ro").unwrap();
-        assert!(!m.read_only, "only the per-mount options count");
     }
 }

@@ -11,6 +11,7 @@ use super::reader_only;
 use super::record::{StagedVolume, VolumeFiles};
 use super::{NodeService, is_directory};
 use crate::csi::controller::{RequestRecord, check_capability};
+use crate::csi::directory::SystemClients;
 use crate::csi::error::{PathError, StageError};
 use crate::csi::label::REQUEST_ATTR;
 use crate::csi::volume_id::{VolumeId, VolumeIdError};
@@ -61,11 +62,14 @@ impl NodeService {
         let known = StagedVolume::load(&files.record)
             .map_err(|e| node_err("reading the stage record")(e.to_string()))?;
         let new = known.is_none();
+        let clients = self.dir.system(&id.system).await?;
         let volume = match known {
             Some(v) => check_same(&id, v, &staging, read_only)?,
-            None => self.resolve(&id, &staging, read_only).await?,
+            None => self.resolve(&clients, &id, &staging, read_only).await?,
         };
-        let data = self.data_endpoint(&id).await?;
+        let data = clients
+            .data_endpoint
+            .ok_or_else(|| StageError::NoDataEndpoint(id.system.clone()))?;
         make_private_dir(&self.records_dir())
             .map_err(|e| node_err("creating the records directory")(e.to_string()))?;
         self.config
@@ -105,6 +109,7 @@ impl NodeService {
     /// Who the volume belongs to, from DAOS, and what this stage records.
     async fn resolve(
         &self,
+        clients: &SystemClients,
         id: &VolumeId,
         staging: &Path,
         read_only: bool,
@@ -116,7 +121,6 @@ impl NodeService {
                 max: self.config.max_volumes,
             });
         }
-        let clients = self.dir.system(&id.system).await?;
         let (pool, container) = (id.pool.to_string(), id.container.to_string());
         let attrs = clients
             .containers
@@ -142,13 +146,6 @@ impl NodeService {
             container,
             read_only,
         })
-    }
-
-    async fn data_endpoint(&self, id: &VolumeId) -> Result<std::net::SocketAddr, StageError> {
-        let clients = self.dir.system(&id.system).await?;
-        clients
-            .data_endpoint
-            .ok_or_else(|| StageError::NoDataEndpoint(id.system.clone()))
     }
 
     fn worker_args(&self, data: std::net::SocketAddr, capability: &Path) -> Vec<String> {
