@@ -6,7 +6,9 @@ use crate::Context;
 use crate::conditions::set_condition;
 use crate::error::{Error, Result};
 use crate::pool::{OWNED_ACL_ANNOTATION, owned_acl, plan_acl, publish};
-use crate::reconcile::{apply_status, log_results, measured};
+use crate::reconcile::{
+    STALE_RETRY, StatusWrite, apply_status, log_results, measured, set_finalizers,
+};
 use dpufs_api::{CONTAINER_FINALIZER, DaosContainer, DaosPool, DeletionPolicy, condition};
 use dpufs_daos::{ContainerAdmin, ContainerSpec, DaosError};
 use dpufs_proto::daos::props::{
@@ -100,17 +102,6 @@ pub fn create_spec(c: &DaosContainer, pool_uuid: &str, uuid: Uuid) -> Result<Con
     })
 }
 
-async fn set_finalizers(api: &Api<DaosContainer>, c: &DaosContainer, f: Vec<String>) -> Result<()> {
-    let patch = json!({"metadata": {"finalizers": f, "resourceVersion": c.resource_version()}});
-    api.patch(
-        &c.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
 /// The pool's UUID and system, once the pool is ready.
 async fn pool_of(ctx: &Context, c: &DaosContainer) -> Result<(String, String)> {
     let pools: Api<DaosPool> = Api::all(ctx.client.clone());
@@ -141,7 +132,6 @@ fn key(c: &DaosContainer) -> String {
 
 async fn reconcile_inner(c: &DaosContainer, ctx: &Context) -> Result<Action> {
     let ns = c.namespace().unwrap_or_default();
-    let name = c.name_any();
     let api: Api<DaosContainer> = Api::namespaced(ctx.client.clone(), &ns);
     let uuid = container_uuid(c.metadata.uid.as_deref().ok_or(Error::MissingUid)?);
     let has_finalizer = c.finalizers().iter().any(|f| f == CONTAINER_FINALIZER);
@@ -180,11 +170,15 @@ async fn reconcile_inner(c: &DaosContainer, ctx: &Context) -> Result<Action> {
         set_finalizers(&api, c, rest).await?;
         return Ok(Action::await_change());
     }
-    if !has_finalizer {
+    let fresh;
+    let c = if has_finalizer {
+        c
+    } else {
         let mut f = c.finalizers().to_vec();
         f.push(CONTAINER_FINALIZER.to_string());
-        set_finalizers(&api, c, f).await?;
-    }
+        fresh = set_finalizers(&api, c, f).await?;
+        &fresh
+    };
     let previous = c.status.clone().unwrap_or_default();
     let mut status = previous.clone();
     let result = ensure(c, ctx, &api, uuid).await;
@@ -206,8 +200,8 @@ async fn reconcile_inner(c: &DaosContainer, ctx: &Context) -> Result<Action> {
         &message,
         c.metadata.generation,
     );
-    if status != previous {
-        apply_status(&api, &name, &status).await?;
+    if status != previous && apply_status(&api, c, &status).await? == StatusWrite::Stale {
+        return Ok(Action::requeue(STALE_RETRY));
     }
     if changed {
         let t = if ok {

@@ -8,7 +8,9 @@
 use crate::Context;
 use crate::conditions::{self, set_condition};
 use crate::error::{Error, Result};
-use crate::reconcile::{apply_status, log_results, measured};
+use crate::reconcile::{
+    STALE_RETRY, StatusWrite, apply_status, log_results, measured, set_finalizers,
+};
 use dpufs_api::{
     DaosContainer, DaosPool, DaosPoolSpec, DaosPoolStatus, DeletionPolicy, POOL_FINALIZER,
     PoolProperties, Reclaim, Scrub, SelfHeal, TierUsage, condition,
@@ -287,24 +289,6 @@ where
     }
 }
 
-async fn set_finalizers(
-    api: &Api<DaosPool>,
-    pool: &DaosPool,
-    finalizers: Vec<String>,
-) -> Result<()> {
-    let patch = json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": pool.resource_version(),
-    }});
-    api.patch(
-        &pool.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
 /// Reconciles one DaosPool.
 pub async fn reconcile(pool: Arc<DaosPool>, ctx: Arc<Context>) -> Result<Action> {
     let key = pool.name_any();
@@ -319,12 +303,16 @@ async fn reconcile_inner(pool: &DaosPool, ctx: &Context) -> Result<Action> {
     if pool.metadata.deletion_timestamp.is_some() {
         return cleanup(pool, ctx, &api, uuid).await;
     }
-    if !pool.finalizers().iter().any(|f| f == POOL_FINALIZER) {
+    let fresh;
+    let pool = if pool.finalizers().iter().any(|f| f == POOL_FINALIZER) {
+        pool
+    } else {
         let mut f = pool.finalizers().to_vec();
         f.push(POOL_FINALIZER.to_string());
-        set_finalizers(&api, pool, f).await?;
+        fresh = set_finalizers(&api, pool, f).await?;
         tracing::info!(pool = %name, "finalizer added");
-    }
+        &fresh
+    };
     let previous = pool.status.clone().unwrap_or_default();
     match ensure(pool, ctx, &api, uuid, &previous).await {
         Ok(mut status) => {
@@ -352,8 +340,9 @@ async fn reconcile_inner(pool: &DaosPool, ctx: &Context) -> Result<Action> {
                 generation,
             );
             conditions::remove(&mut status.conditions, condition::DELETION_BLOCKED);
-            if status != previous {
-                apply_status(&api, &name, &status).await?;
+            if status != previous && apply_status(&api, pool, &status).await? == StatusWrite::Stale
+            {
+                return Ok(Action::requeue(STALE_RETRY));
             }
             if ready_changed {
                 publish(
@@ -390,7 +379,7 @@ async fn reconcile_inner(pool: &DaosPool, ctx: &Context) -> Result<Action> {
             );
             if status != previous {
                 // Best effort: the reconcile error is what matters.
-                if let Err(se) = apply_status(&api, &name, &status).await {
+                if let Err(se) = apply_status(&api, pool, &status).await {
                     tracing::warn!(pool = %name, error = %se, "writing status failed");
                 }
             }
@@ -564,8 +553,8 @@ async fn cleanup(
                 &msg,
                 pool.metadata.generation,
             );
-            if status != previous {
-                apply_status(api, &name, &status).await?;
+            if status != previous && apply_status(api, pool, &status).await? == StatusWrite::Stale {
+                return Ok(Action::requeue(STALE_RETRY));
             }
             if changed {
                 publish(ctx, pool, EventType::Warning, "DeletionBlocked", msg).await;

@@ -15,24 +15,74 @@ use serde_json::json;
 use std::fmt::{Debug, Display};
 use std::time::Instant;
 
+/// What became of a status write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum StatusWrite {
+    Written,
+    /// The object changed since this reconcile read it: the status was
+    /// computed from a stale copy and not written. The newer version's watch
+    /// event brings another reconcile.
+    Stale,
+}
+
+/// How soon a reconcile that met a stale object looks again, should the
+/// watch event that supersedes it be lost.
+pub(crate) const STALE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Writes `status` with server-side apply on the status subresource, as the
-/// operator's field manager, so fields it stops applying are removed.
-pub(crate) async fn apply_status<K>(api: &Api<K>, name: &str, status: &impl Serialize) -> Result<()>
+/// operator's field manager, so fields it stops applying are removed. The
+/// object's resourceVersion is a precondition: a reconcile that read the
+/// object before its previous status write landed in the cache would
+/// otherwise write again (new condition times), and each write wakes
+/// another reconcile.
+pub(crate) async fn apply_status<K>(
+    api: &Api<K>,
+    obj: &K,
+    status: &impl Serialize,
+) -> Result<StatusWrite>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
     let patch = json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
+        "metadata": {"resourceVersion": obj.meta().resource_version},
         "status": status,
     });
-    api.patch_status(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
+    let name = obj.meta().name.as_deref().unwrap_or_default();
+    match api
+        .patch_status(
+            name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(StatusWrite::Written),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            tracing::debug!(kind = %K::kind(&()), object = %name, "status from a stale copy not written");
+            Ok(StatusWrite::Stale)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Replaces the object's finalizers, with its resourceVersion as a
+/// precondition; returns the object as written, whose resourceVersion the
+/// reconcile's later writes must carry.
+pub(crate) async fn set_finalizers<K>(api: &Api<K>, obj: &K, finalizers: Vec<String>) -> Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let patch = json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": obj.meta().resource_version,
+    }});
+    let name = obj.meta().name.as_deref().unwrap_or_default();
+    Ok(api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?)
 }
 
 /// Runs one reconcile of the object with backoff key `key`: records its

@@ -11,7 +11,7 @@ use crate::Context;
 use crate::conditions::set_condition;
 use crate::error::{Error, Result};
 use crate::pool::publish;
-use crate::reconcile::{apply_status, log_results, measured};
+use crate::reconcile::{STALE_RETRY, StatusWrite, apply_status, log_results, measured};
 use dpufs_api::{DaosSystem, DaosSystemStatus, condition};
 use dpufs_daos::{LeaderInfo, Member};
 use kube::ResourceExt;
@@ -132,7 +132,6 @@ pub async fn reconcile(sys: Arc<DaosSystem>, ctx: Arc<Context>) -> Result<Action
 }
 
 async fn reconcile_inner(sys: &DaosSystem, ctx: &Context) -> Result<Action> {
-    let name = sys.name_any();
     let api: Api<DaosSystem> = Api::all(ctx.client.clone());
     let previous = sys.status.clone().unwrap_or_default();
     let observed = observe(ctx, sys).await;
@@ -144,8 +143,8 @@ async fn reconcile_inner(sys: &DaosSystem, ctx: &Context) -> Result<Action> {
         sys.metadata.generation,
         outcome.as_ref().map(|o| *o),
     );
-    if status != previous {
-        apply_status(&api, &name, &status).await?;
+    if status != previous && apply_status(&api, sys, &status).await? == StatusWrite::Stale {
+        return Ok(Action::requeue(STALE_RETRY));
     }
     if changed {
         match &outcome {

@@ -13,7 +13,7 @@ use crate::Context;
 use crate::conditions::set_condition;
 use crate::error::Result;
 use crate::pool::publish;
-use crate::reconcile::{apply_status, log_results, measured};
+use crate::reconcile::{STALE_RETRY, StatusWrite, apply_status, log_results, measured};
 use dpufs_api::{DaosPool, DaosTenant, DaosTenantSpec, DaosTenantStatus, condition};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -215,7 +215,6 @@ pub async fn reconcile(tenant: Arc<DaosTenant>, ctx: Arc<Context>) -> Result<Act
 }
 
 async fn reconcile_inner(tenant: &DaosTenant, ctx: &Context) -> Result<Action> {
-    let name = tenant.name_any();
     let api: Api<DaosTenant> = Api::all(ctx.client.clone());
     let pools: BTreeSet<String> = Api::<DaosPool>::all(ctx.client.clone())
         .list(&ListParams::default())
@@ -237,8 +236,8 @@ async fn reconcile_inner(tenant: &DaosTenant, ctx: &Context) -> Result<Action> {
         &pools,
         &namespaces,
     );
-    if status != previous {
-        apply_status(&api, &name, &status).await?;
+    if status != previous && apply_status(&api, tenant, &status).await? == StatusWrite::Stale {
+        return Ok(Action::requeue(STALE_RETRY));
     }
     if changed && let Some(c) = crate::conditions::get(&status.conditions, condition::READY) {
         let t = if c.status == "True" {

@@ -143,6 +143,27 @@ fn failure(code: StatusCode, reason: &str, message: String) -> Response<FakeBody
     )
 }
 
+/// A `409 Conflict` when `body` names a resourceVersion other than `old`'s
+/// (the optimistic-concurrency precondition of PUT and PATCH).
+fn stale_write(old: &Value, body: &Value, key: &Key) -> Option<Response<FakeBody>> {
+    let rv = |v: &Value| {
+        v.pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let want = rv(body)?;
+    (Some(want) != rv(old)).then(|| {
+        failure(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!(
+                "the object has been modified; {} \"{}\"",
+                key.plural, key.name
+            ),
+        )
+    })
+}
+
 /// RFC 7386 JSON merge patch.
 pub fn merge(target: &mut Value, patch: &Value) {
     match patch {
@@ -430,23 +451,8 @@ impl FakeApiServer {
                 let Some(old) = st.objects.get(&key).cloned() else {
                     return not_found();
                 };
-                let want_rv = body
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str);
-                if want_rv.is_some_and(|rv| {
-                    Some(rv)
-                        != old
-                            .pointer("/metadata/resourceVersion")
-                            .and_then(Value::as_str)
-                }) {
-                    return failure(
-                        StatusCode::CONFLICT,
-                        "Conflict",
-                        format!(
-                            "the object has been modified; {} \"{}\"",
-                            key.plural, key.name
-                        ),
-                    );
+                if let Some(conflict) = stale_write(&old, &body, &key) {
+                    return conflict;
                 }
                 let new = if t.status {
                     let mut o = old.clone();
@@ -477,6 +483,10 @@ impl FakeApiServer {
                     }
                     return not_found();
                 };
+                // As the real server: a resourceVersion in a patch is a precondition.
+                if let Some(conflict) = stale_write(&old, &body, &key) {
+                    return conflict;
+                }
                 let mut new = old.clone();
                 if apply {
                     let manager = q.get("fieldManager").cloned().unwrap_or_default();
