@@ -472,6 +472,7 @@ fn up_runs_the_stack_until_stopped() {
     let cwd = tempfile::tempdir().unwrap();
     let state = cwd.path().join(".dpufs");
     let mnt = cwd.path().join("mnt");
+    let staging = state.join("csi/staging");
     let mounts = is_root();
 
     let mut up = Up::start(cwd.path());
@@ -481,12 +482,12 @@ fn up_runs_the_stack_until_stopped() {
         .find(|l| l.starts_with("✓ pool default"))
         .expect("pool step");
     assert!(pool_line.ends_with("created"), "{progress:#?}");
-    assert!(
-        progress
-            .iter()
-            .any(|l| l.starts_with("✓ container default")),
-        "{progress:#?}"
-    );
+    // The volume comes from the CSI controller: CreateVolume of a container in the pool.
+    let volume_line = progress
+        .iter()
+        .find(|l| l.starts_with("✓ volume v1/daos_server/"))
+        .unwrap_or_else(|| panic!("volume step in {progress:#?}"));
+    let volume_id = volume_line.split(' ').nth(2).unwrap().to_string();
 
     // Commands run here find the engine through .dpufs/endpoint, and need
     // no --insecure for it.
@@ -494,13 +495,35 @@ fn up_runs_the_stack_until_stopped() {
     assert_eq!(labels(&pools), ["default"]);
     let uuid = pools[0]["uuid"].as_str().unwrap().to_string();
     let conts = dpufs_in(cwd.path(), &["cont", "list", "default", "--json"]).json();
-    assert_eq!(labels(&conts), ["default"]);
+    let labels = labels(&conts);
+    assert!(
+        labels.len() == 1 && labels[0].starts_with("csi-"),
+        "one CSI volume: {labels:?}"
+    );
+    assert!(volume_id.ends_with(conts[0]["uuid"].as_str().unwrap()));
     assert_eq!(conts[0]["properties"]["4098"], 1, "POSIX layout");
 
-    let mut serving = Vec::new();
+    // Both CSI services are up, on their sockets in the state directory.
+    let status = dpufs_in(cwd.path(), &["status", "--json"]).json();
+    for (part, socket) in [
+        ("csi_controller", "controller.sock"),
+        ("csi_node", "node.sock"),
+    ] {
+        assert_eq!(
+            status[part]["endpoint"],
+            format!("unix://.dpufs/csi/{socket}"),
+            "{status}"
+        );
+        assert!(state.join("csi").join(socket).exists());
+    }
+    let plugins: Vec<u32> = ["csi_controller", "csi_node"]
+        .iter()
+        .map(|p| pid_of(&status, p))
+        .collect();
+    let mut serving = plugins;
     if mounts {
         assert!(
-            progress.iter().any(|l| l.starts_with("✓ volume worker")),
+            progress.iter().any(|l| l.starts_with("✓ staged at")),
             "{progress:#?}"
         );
         // The container is mounted: 64 MiB round-trip byte-exact through it.
@@ -530,15 +553,17 @@ fn up_runs_the_stack_until_stopped() {
     assert!(!state.join("endpoint").exists() && !state.join("engine.pid").exists());
     // Nothing left behind: no mount, no process.
     assert!(!mounted(&mnt), "Ctrl-C leaves no mount");
+    assert!(!mounted(&staging), "Ctrl-C leaves no staged mount");
     assert!(!alive(engine_pid), "Ctrl-C leaves no engine");
     assert!(
         !serving.iter().any(|&p| alive(p)),
-        "Ctrl-C leaves no keeper or worker"
+        "Ctrl-C leaves no CSI plugin, keeper or worker"
     );
     dpufs_in(cwd.path(), &["status"]).fails_with("nothing of `dpufs up` runs");
 
-    // A second run reuses the pool and finds the data; killed hard, it leaves its
-    // engine, keeper, worker and mount for `down`.
+    // A second run reuses the pool and the volume (CreateVolume is idempotent) and finds
+    // the data; killed hard, it leaves its engine, plugins, keeper, worker and mounts for
+    // `down`.
     let mut up = Up::start(cwd.path());
     let progress = up.until("Ctrl-C stops the stack");
     assert!(
@@ -546,6 +571,10 @@ fn up_runs_the_stack_until_stopped() {
             .iter()
             .any(|l| l.contains(&uuid) && l.ends_with("reused")),
         "{progress:#?}"
+    );
+    assert!(
+        progress.iter().any(|l| l.contains(&volume_id)),
+        "the same volume: {progress:#?}"
     );
     if mounts {
         assert_eq!(std::fs::metadata(mnt.join("blob")).unwrap().len(), 64 << 20);
@@ -562,6 +591,9 @@ fn up_runs_the_stack_until_stopped() {
         "{}",
         down.stdout
     );
+    for part in ["stopped the CSI node plugin", "stopped the CSI controller"] {
+        assert!(down.stdout.contains(part), "{}", down.stdout);
+    }
     if mounts {
         assert!(
             down.stdout.contains("stopped the mount keeper"),
@@ -570,6 +602,7 @@ fn up_runs_the_stack_until_stopped() {
         );
     }
     assert!(!mounted(&mnt), "down leaves no mount");
+    assert!(!mounted(&staging), "down leaves no staged mount");
     assert!(!alive(engine_pid));
     assert!(!state.join("endpoint").exists() && !state.join("engine.pid").exists());
 }
@@ -620,6 +653,11 @@ fn a_killed_worker_is_replaced_and_down_cleans_up_after_killed_parents() {
         down.stdout
     );
     assert!(!mounted(&mnt), "{}", down.stdout);
+    assert!(
+        !mounted(&cwd.path().join(".dpufs/csi/staging")),
+        "{}",
+        down.stdout
+    );
     assert!(!alive(successor));
 }
 

@@ -1,30 +1,38 @@
 //! `dpufs up`: the local stack in one command, with `dpufs down` and `dpufs status`.
 //!
 //! The stack: the embedded engine serving the management API and DFS over the software
-//! fabric, a `default` pool and POSIX container, and a volume worker mounting the container
-//! at `./mnt` through its own tenant session, with capabilities `up` signs as the node agent.
-//! State lives in one directory (`./.dpufs`, see [`state`]) so `dpufs down` can stop what a
-//! killed `up` left and other `dpufs` commands find the engine.
+//! fabric, a `default` pool, and the CSI driver — `dpufs-csi controller` and `dpufs-csi node`
+//! on unix sockets in the state directory. `up` is their first client, as the CSI sidecars
+//! and kubelet are in a cluster: CreateVolume makes the default volume (a POSIX container in
+//! the pool), NodeStageVolume has the node's mount keeper mount it with a volume worker over
+//! the fabric (capabilities signed and renewed by the node plugin as the node agent), and
+//! NodePublishVolume binds it to `./mnt`. State lives in one directory (`./.dpufs`, see
+//! [`state`]) so `dpufs down` can stop what a killed `up` left and other `dpufs` commands find
+//! the engine.
 
 mod children;
+mod csi;
+mod directory;
+mod down;
+mod node;
 mod provision;
 mod state;
 mod status;
-mod volume;
 
 use anyhow::{Context, bail};
-use children::{EngineLaunch, EngineProcess, sibling_binary};
+use children::{EngineLaunch, EngineProcess, LogPart, sibling_binary};
 use clap::Args;
+use csi::{PluginProcess, Published, Service};
 use provision::{DEFAULT_LABEL, Stack};
 use state::{
-    ENDPOINT, ENGINE, ENGINE_PID, FABRIC_DIR, KEEPER, KEEPER_PID, MOUNT, StateDir, detach,
-    mounted_fstype, runs, terminate,
+    CSI, ENDPOINT, ENGINE, ENGINE_PID, FABRIC_DIR, KEEPER_PID, MOUNT, NODE_PID, StateDir, detach,
+    mounted_fstype,
 };
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use tokio::signal::unix::{SignalKind, signal};
-use volume::{Agent, KeeperProcess, WorkerLaunch, recorded_workers};
 
+pub use down::{DownArgs, down};
 pub use status::{StatusArgs, status};
 
 /// The stack's directory when none is given.
@@ -32,13 +40,13 @@ const DEFAULT_DIR: &str = ".dpufs";
 
 #[derive(Debug, Args)]
 pub struct UpArgs {
-    /// Where the stack keeps its state: engine data, logs, pids, endpoint, keys.
+    /// Where the stack keeps its state: engine data, logs, pids, endpoint, keys, sockets.
     #[arg(long, default_value = DEFAULT_DIR)]
     data_dir: PathBuf,
-    /// Where the default container is mounted.
+    /// Where the default volume is mounted (its CSI target path).
     #[arg(long, default_value = "mnt")]
     mountpoint: PathBuf,
-    /// Run without the FUSE mount (engine, pool and container only).
+    /// Run without the FUSE mount (engine, pool, CSI driver and volume only).
     #[arg(long)]
     no_mount: bool,
     /// Storage each engine rank offers, e.g. 64G [default: the engine's].
@@ -47,7 +55,8 @@ pub struct UpArgs {
     /// Number of simulated engine ranks [default: the engine's].
     #[arg(long)]
     ranks: Option<u32>,
-    /// Size of the default pool when it is created, e.g. 16G [default: 1G].
+    /// Size of the default pool when it is created, e.g. 16G [default: 1G]. The default
+    /// volume's capacity (its quota) is the pool's size.
     #[arg(long, value_parser = crate::size::parse_size)]
     pool_size: Option<u64>,
     /// The engine's software fabric device. By default the worker's (`dpufs-node`): one
@@ -56,13 +65,11 @@ pub struct UpArgs {
     /// then cross TCP, as they would cross the network.
     #[arg(long, default_value = "dpufs-node")]
     engine_device: String,
-}
-
-#[derive(Debug, Args)]
-pub struct DownArgs {
-    /// The directory `dpufs up` used.
-    #[arg(long, default_value = DEFAULT_DIR)]
-    data_dir: PathBuf,
+    /// The node plugin's `--mount-root`: staging and target paths CSI clients send must be
+    /// under it. `/` lets any client of the stack's node socket (a conformance suite with
+    /// its own directories) mount anywhere but `/` itself.
+    #[arg(long, default_value = "/")]
+    csi_mount_root: PathBuf,
 }
 
 /// The endpoint a running `dpufs up` recorded in the default directory here.
@@ -76,7 +83,8 @@ pub async fn up(args: UpArgs, system: &str) -> anyhow::Result<()> {
     // Ctrl-C reaches only us and we stop things in order), which also means a `dpufs up`
     // killed by a default signal handler would orphan them.
     let mut stop = StopSignals::install()?;
-    let state = StateDir::new(&args.data_dir);
+    // Absolute: the plugins get these paths, and CSI paths must be absolute.
+    let state = StateDir::new(&std::env::current_dir()?.join(&args.data_dir));
     refuse_a_running_stack(&state)?;
     std::fs::create_dir_all(&state.dir)
         .with_context(|| format!("creating {}", state.dir.display()))?;
@@ -90,7 +98,7 @@ pub async fn up(args: UpArgs, system: &str) -> anyhow::Result<()> {
 }
 
 fn refuse_a_running_stack(state: &StateDir) -> anyhow::Result<()> {
-    for (file, program) in [(ENGINE_PID, ENGINE), (KEEPER_PID, KEEPER)] {
+    for (file, program) in [(ENGINE_PID, ENGINE), (NODE_PID, CSI), (KEEPER_PID, CSI)] {
         if let Some(pid) = state.running(file, program) {
             bail!(
                 "a {program} from an earlier `dpufs up` is still running (pid {pid}, state in {}): \
@@ -106,24 +114,33 @@ fn refuse_a_running_stack(state: &StateDir) -> anyhow::Result<()> {
 #[derive(Debug, Default)]
 struct Running {
     engine: Option<EngineProcess>,
-    keeper: Option<KeeperProcess>,
-    worker_pid: Option<u32>,
+    controller: Option<PluginProcess>,
+    node: Option<PluginProcess>,
+    /// The keeper the node plugin started or adopted.
+    keeper_pid: Option<u32>,
+    published: Option<Published>,
     mountpoint: Option<PathBuf>,
     fabric_dir: Option<PathBuf>,
 }
 
 impl Running {
-    /// The keeper first (it drains the worker and unmounts), then the engine; then the
-    /// records.
+    /// As a cluster would: unpublish and unstage through the node plugin (the keeper drains
+    /// the worker and unmounts), then the plugins, the keeper, the engine; then the records.
     async fn stop(&mut self, state: &StateDir) -> anyhow::Result<()> {
         let mut result = Ok(());
-        if let Some(keeper) = &mut self.keeper {
-            result = keeper.stop().await;
+        if let (Some(node), Some(published)) = (&self.node, &self.published) {
+            result = csi::unpublish_and_unstage(&node.socket, published).await;
+        }
+        for plugin in [&mut self.node, &mut self.controller].into_iter().flatten() {
+            result = result.and(plugin.stop().await);
+        }
+        if let Some(pid) = self.keeper_pid {
+            result = result.and(down::stop_keeper(state, pid).await);
         }
         if let Some(mp) = &self.mountpoint
-            && is_fuse(mp)
+            && mounted_fstype(mp).is_some()
         {
-            // The keeper could not unmount (it was killed): detach the dead mount.
+            // Something failed on the way: detach what is left.
             let _ = detach(mp);
         }
         if let Some(engine) = &mut self.engine {
@@ -135,10 +152,6 @@ impl Running {
         state.forget();
         result
     }
-}
-
-fn is_fuse(path: &Path) -> bool {
-    mounted_fstype(path).is_some_and(|t| t.starts_with("fuse"))
 }
 
 /// `fut`, or None when a stop signal comes first.
@@ -165,7 +178,7 @@ async fn bring_up(
             None
         }
     };
-    let agent = Agent::load(state)?;
+    let agent_public_key = node::agent_public_key(state)?;
     let fabric_dir = fabric_dir(state)?;
     running.fabric_dir = Some(fabric_dir.clone());
     let Some(binary) = or_stop(stop, sibling_binary(ENGINE, "dpufs-engine")).await else {
@@ -176,7 +189,7 @@ async fn bring_up(
         system,
         capacity: args.capacity,
         ranks: args.ranks,
-        agent_key: &agent.public_key,
+        agent_key: &agent_public_key,
         fabric_dir: &fabric_dir,
         fabric_device: &args.engine_device,
     };
@@ -185,24 +198,34 @@ async fn bring_up(
     };
     let engine = running.engine.insert(engine?);
     let addr = engine.addr.clone();
+    let fabric_addr = engine.fabric_addr;
     let Some(stack) = or_stop(stop, provision::provision(&addr, system, args.pool_size)).await
     else {
         return Ok(());
     };
     let stack = stack?;
-    if let Some(mountpoint) = mountpoint {
-        running.mountpoint = Some(mountpoint.clone());
-        let Some(served) = or_stop(
-            stop,
-            start_volume(state, running, &agent, &stack, &mountpoint),
-        )
-        .await
-        else {
-            return Ok(());
-        };
-        served?;
-    }
-    serve(state, running, &agent, &stack, stop).await
+    let layout = directory::Layout {
+        system,
+        endpoint: &addr,
+        data_endpoint: fabric_addr,
+        pool: &stack.pool,
+    };
+    let directory = directory::write(state, &layout)?;
+    let Some(started) = or_stop(
+        stop,
+        start_plugins(args, state, running, &directory, &fabric_dir),
+    )
+    .await
+    else {
+        return Ok(());
+    };
+    started?;
+    let Some(volume) = or_stop(stop, provide_volume(state, running, &stack, mountpoint)).await
+    else {
+        return Ok(());
+    };
+    volume?;
+    serve(state, running, &stack, stop).await
 }
 
 /// Why no mount can be made here, if so.
@@ -235,8 +258,8 @@ fn prepare_mountpoint(path: &Path) -> anyhow::Result<PathBuf> {
 
 /// The software fabric's device directory: in shared memory, one per state directory.
 fn fabric_dir(state: &StateDir) -> anyhow::Result<PathBuf> {
-    let abs = std::env::current_dir()?.join(&state.dir);
-    let tag = abs
+    let tag = state
+        .dir
         .to_string_lossy()
         .bytes()
         .fold(0xcbf29ce484222325u64, |h, b| {
@@ -253,103 +276,171 @@ fn fabric_dir(state: &StateDir) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// Starts the mount keeper, which mounts the default container and runs its worker.
-async fn start_volume(
+/// Starts the CSI controller and node plugins; the node plugin starts the mount keeper.
+async fn start_plugins(
+    args: &UpArgs,
     state: &StateDir,
     running: &mut Running,
-    agent: &Agent,
-    stack: &Stack,
-    mountpoint: &Path,
+    directory: &Path,
+    fabric_dir: &Path,
 ) -> anyhow::Result<()> {
-    let engine = running.engine.as_ref().context("engine")?;
-    let fabric_addr = engine
-        .fabric_addr
-        .context("the engine did not announce its fabric data service")?;
-    let binary = sibling_binary(KEEPER, "dpufs-csi").await?;
-    std::fs::create_dir_all(state.volume())?;
-    let capability = state.volume().join("capability");
-    agent.issue(&stack.pool, &stack.container, &capability)?;
-    let keeper = running
-        .keeper
-        .insert(KeeperProcess::start(state, &binary).await?);
-    println!("✓ mount keeper (pid {})", keeper.pid);
-    state.record(MOUNT, &mountpoint.to_string_lossy())?;
-    let launch = WorkerLaunch {
-        fabric_addr,
-        fabric_dir: running.fabric_dir.as_deref().context("fabric dir")?,
-        capability: &capability,
-        mountpoint,
-    };
-    let pid = keeper.serve_volume(&launch).await?;
-    running.worker_pid = Some(pid);
-    println!(
-        "✓ volume worker (pid {pid}) serving {DEFAULT_LABEL} at {} over the fabric ({fabric_addr})",
-        mountpoint.display()
+    let binary = sibling_binary(CSI, "dpufs-csi").await?;
+    let directory = directory.display().to_string();
+    let controller = running.controller.insert(
+        PluginProcess::start(
+            state,
+            &binary,
+            Service::Controller,
+            &["--directory".into(), directory.clone()],
+        )
+        .await?,
     );
+    println!(
+        "✓ CSI controller (pid {}) on {}",
+        controller.pid,
+        controller.socket.display()
+    );
+    let node_args = [
+        ("--directory", directory),
+        ("--node-id", node_id()),
+        ("--state-dir", state.keeper().display().to_string()),
+        ("--agent-key", node::agent_key(state).display().to_string()),
+        // The keeper is the node plugin's child, in the plugin's process group: `up` stops
+        // it last, and a plugin killed alone leaves it serving.
+        ("--keeper-start", "child".into()),
+        ("--mount-root", args.csi_mount_root.display().to_string()),
+        ("--fabric-dir", fabric_dir.display().to_string()),
+    ]
+    .into_iter()
+    .flat_map(|(flag, value)| [flag.to_string(), value])
+    .collect::<Vec<_>>();
+    let node = running
+        .node
+        .insert(PluginProcess::start(state, &binary, Service::Node, &node_args).await?);
+    println!(
+        "✓ CSI node plugin (pid {}) on {}",
+        node.pid,
+        node.socket.display()
+    );
+    let keeper = node::keeper_pid(&node::keeper_socket(state)).await?;
+    running.keeper_pid = Some(keeper);
+    state.record(KEEPER_PID, &keeper.to_string())?;
+    println!("✓ mount keeper (pid {keeper})");
     Ok(())
 }
 
-/// Records the endpoint, says what runs where, renews the capability, and waits for a stop
-/// signal or the end of a child.
+/// This machine's name: the node id (a Kubernetes node name in a cluster).
+fn node_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// CreateVolume, then (with a mountpoint) NodeStageVolume and NodePublishVolume.
+async fn provide_volume(
+    state: &StateDir,
+    running: &mut Running,
+    stack: &Stack,
+    mountpoint: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let controller = running.controller.as_ref().context("controller")?;
+    let volume = csi::create_volume(&controller.socket, stack.bytes).await?;
+    println!(
+        "✓ volume {} (CreateVolume {}: a POSIX container in pool {DEFAULT_LABEL})",
+        volume.volume_id,
+        csi::VOLUME_NAME
+    );
+    let Some(target) = mountpoint else {
+        return Ok(());
+    };
+    let node = running.node.as_ref().context("node plugin")?;
+    let staging = state.staging();
+    running.mountpoint = Some(target.clone());
+    let published = csi::stage_and_publish(&node.socket, &volume, &staging, &target).await?;
+    println!(
+        "✓ staged at {} (a volume worker over the fabric) and published at {}",
+        staging.display(),
+        target.display()
+    );
+    running.published = Some(published);
+    Ok(())
+}
+
+/// Records the endpoint, says what runs where, and waits for a stop signal or the end of a
+/// child.
 async fn serve(
     state: &StateDir,
     running: &mut Running,
-    agent: &Agent,
     stack: &Stack,
     stop: &mut StopSignals,
 ) -> anyhow::Result<()> {
     let engine = running.engine.as_ref().context("engine")?;
     state.record(ENDPOINT, &engine.addr)?;
-    summary(state, engine, running, stack);
-    let engine = running.engine.as_mut().context("engine")?;
-    let mut renew = tokio::time::interval(volume::RENEW_EVERY);
-    renew.tick().await;
-    let capability = state.volume().join("capability");
-    loop {
-        tokio::select! {
-            _ = stop.recv() => return Ok(()),
-            // A clean exit is someone's stop (`dpufs down`, the control socket's stop).
-            status = engine.child.wait() => {
-                let status = status?;
-                if status.success() {
-                    println!("{ENGINE} stopped");
-                    return Ok(());
-                }
-                bail!("{ENGINE} exited ({status}):\n{}", engine.log.excerpt(children::LogPart::End))
-            }
-            status = ended(running.keeper.as_mut()) => {
-                let status = status?;
-                let keeper = running.keeper.as_ref().context("keeper")?;
-                bail!("the mount keeper exited ({status}):\n{}", keeper.log.excerpt(children::LogPart::End))
-            }
-            _ = renew.tick(), if running.keeper.is_some() => {
-                agent.issue(&stack.pool, &stack.container, &capability)?;
-            }
-        }
+    if let Some(p) = &running.published {
+        state.record(MOUNT, &p.target.to_string_lossy())?;
     }
-}
-
-/// The keeper's end; never, when there is none.
-async fn ended(keeper: Option<&mut KeeperProcess>) -> std::io::Result<std::process::ExitStatus> {
-    match keeper {
-        Some(k) => k.ended().await,
-        None => std::future::pending().await,
-    }
-}
-
-fn summary(state: &StateDir, engine: &EngineProcess, running: &Running, stack: &Stack) {
-    println!("\ndpufs is up:");
-    let mount = match (&running.keeper, running.worker_pid, &running.mountpoint) {
-        (Some(k), Some(worker), Some(mp)) => format!(
-            "{} (mount keeper pid {k}, volume worker pid {worker}; log {})",
-            mp.display(),
-            k.log.0.display(),
-            k = k.pid,
-        ),
-        _ => "none".into(),
+    summary(state, running, stack);
+    let (Some(engine), Some(controller), Some(node)) = (
+        running.engine.as_mut(),
+        running.controller.as_mut(),
+        running.node.as_mut(),
+    ) else {
+        bail!("the stack is incomplete");
     };
-    crate::output::Table::fields([
-        (
+    tokio::select! {
+        _ = stop.recv() => Ok(()),
+        // A clean exit is someone's stop (`dpufs down`, the control socket's stop).
+        status = engine.child.wait() => {
+            let status = status?;
+            if status.success() {
+                println!("{ENGINE} stopped");
+                return Ok(());
+            }
+            bail!("{ENGINE} exited ({status}):\n{}", engine.log.excerpt(LogPart::End))
+        }
+        status = controller.ended() => plugin_ended(controller, status),
+        status = node.ended() => plugin_ended(node, status),
+    }
+}
+
+fn plugin_ended(
+    plugin: &PluginProcess,
+    status: std::io::Result<std::process::ExitStatus>,
+) -> anyhow::Result<()> {
+    bail!(
+        "the CSI {:?} plugin exited ({}):\n{}",
+        plugin.service,
+        status?,
+        plugin.log.excerpt(LogPart::End)
+    )
+}
+
+fn summary(state: &StateDir, running: &Running, stack: &Stack) {
+    println!("\ndpufs is up:");
+    let process = |p: Option<&PluginProcess>| {
+        p.map_or("not running".into(), |p| {
+            format!(
+                "{} (pid {}, log {})",
+                p.socket.display(),
+                p.pid,
+                p.log.0.display()
+            )
+        })
+    };
+    let mount = match &running.published {
+        Some(p) => format!(
+            "{} (volume {}; mount keeper pid {})",
+            p.target.display(),
+            p.volume_id,
+            running.keeper_pid.unwrap_or_default(),
+        ),
+        None => "none".into(),
+    };
+    let mut fields = Vec::new();
+    if let Some(engine) = &running.engine {
+        fields.push((
             "engine",
             format!(
                 "{} (pid {}, log {})",
@@ -357,80 +448,40 @@ fn summary(state: &StateDir, engine: &EngineProcess, running: &Running, stack: &
                 engine.pid,
                 engine.log.0.display()
             ),
-        ),
-        (
+        ));
+        fields.push((
             "fabric",
             engine.fabric_addr.map_or("not serving".into(), |a| {
                 format!("{a} (software RDMA device)")
             }),
-        ),
+        ));
+    }
+    fields.extend([
         ("pool", format!("{DEFAULT_LABEL} ({})", stack.pool)),
-        (
-            "container",
-            format!("{DEFAULT_LABEL} ({}), POSIX", stack.container),
-        ),
+        ("CSI controller", process(running.controller.as_ref())),
+        ("CSI node", process(running.node.as_ref())),
         ("mount", mount),
-        ("CSI driver", "not available yet".into()),
-    ])
-    .print();
+    ]);
+    crate::output::Table::fields(fields).print();
     // Only the default directory's endpoint file is looked for by other commands.
-    let (reach, flags) = if state.dir == Path::new(DEFAULT_DIR) {
+    let here = std::env::current_dir()
+        .unwrap_or_default()
+        .join(DEFAULT_DIR);
+    let (reach, flags) = if state.dir == here {
         ("run in this directory find it", String::new())
     } else {
         (
             "reach it with",
-            format!("--insecure --endpoint {} ", engine.addr),
+            format!(
+                "--insecure --endpoint {} ",
+                running.engine.as_ref().map_or("", |e| e.addr.as_str())
+            ),
         )
     };
     println!(
         "Other dpufs commands {reach}, e.g.\n  dpufs {flags}status\n  dpufs {flags}pool query {DEFAULT_LABEL}\n\
-         Ctrl-C stops the stack."
+         Any CSI client can use the two sockets. Ctrl-C stops the stack."
     );
-}
-
-/// Stops what a killed `dpufs up` left behind and forgets it.
-pub async fn down(args: DownArgs) -> anyhow::Result<()> {
-    let state = StateDir::new(&args.data_dir);
-    let mut did = false;
-    if let Some(pid) = state.running(KEEPER_PID, KEEPER) {
-        // It drains its worker and unmounts, if it still can.
-        let _ = volume::unmount(&volume::keeper_socket(&state)).await;
-        terminate(KEEPER, pid, || !runs(pid, KEEPER)).await?;
-        println!("stopped the mount keeper (pid {pid})");
-        did = true;
-    }
-    // A keeper killed with -9 leaves its workers serving.
-    for pid in recorded_workers(&state)
-        .into_iter()
-        .filter(|&p| runs(p, KEEPER))
-    {
-        terminate(KEEPER, pid, || !runs(pid, KEEPER)).await?;
-        println!("stopped the volume worker (pid {pid})");
-        did = true;
-    }
-    if let Some(mp) = state.recorded(MOUNT).map(PathBuf::from)
-        && is_fuse(&mp)
-    {
-        detach(&mp).with_context(|| format!("detaching {}", mp.display()))?;
-        println!("detached the mount at {}", mp.display());
-        did = true;
-    }
-    if let Some(pid) = state.running(ENGINE_PID, ENGINE) {
-        terminate(ENGINE, pid, || !runs(pid, ENGINE)).await?;
-        println!("stopped {ENGINE} (pid {pid})");
-        did = true;
-    }
-    if let Some(dir) = state.recorded(FABRIC_DIR) {
-        let _ = std::fs::remove_dir_all(dir);
-    }
-    if !did {
-        println!(
-            "nothing of `dpufs up` running (state in {})",
-            state.dir.display()
-        );
-    }
-    state.forget();
-    Ok(())
 }
 
 /// Ctrl-C and SIGTERM.

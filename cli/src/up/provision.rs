@@ -1,19 +1,20 @@
-//! The default pool and container of the local stack, made if missing, reused otherwise.
+//! The default pool of the local stack, made if missing, reused otherwise. Its volume is the
+//! CSI driver's to make (CreateVolume).
 
 use crate::output;
-use dpufs_daos::{ContainerAdmin, ContainerSpec, EngineContainers, MgmtClient, PoolSize, PoolSpec};
-use dpufs_proto::daos::props::{CONT_LAYOUT_TYPE, LAYOUT_POSIX, PropValue};
+use dpufs_daos::{MgmtClient, PoolSize, PoolSpec};
 use uuid::Uuid;
 
-/// The label of the pool and container `up` provides.
+/// The label of the pool `up` provides (and its DaosPool name in the CSI directory).
 pub const DEFAULT_LABEL: &str = "default";
 const DEFAULT_POOL_SIZE: u64 = 1 << 30;
 
-/// The pool and container `up` provides.
+/// The pool `up` provides.
 #[derive(Debug, Clone)]
 pub struct Stack {
     pub pool: String,
-    pub container: String,
+    /// Its data tier's size: the default volume's capacity.
+    pub bytes: u64,
 }
 
 /// The `default` pool (of `pool_size` bytes when it is made) and container.
@@ -29,14 +30,9 @@ pub async fn provision(addr: &str, system: &str, pool_size: Option<u64>) -> anyh
         output::bytes(size),
         if made { "created" } else { "reused" }
     );
-    let (cont, made) = default_container(&mgmt, &pool).await?;
-    println!(
-        "✓ container {DEFAULT_LABEL} ({cont}) POSIX, {}",
-        if made { "created" } else { "reused" }
-    );
     Ok(Stack {
+        bytes: data_bytes(&info).unwrap_or(size),
         pool,
-        container: cont,
     })
 }
 
@@ -60,27 +56,19 @@ async fn default_pool(
     Ok((mgmt.pool_create(&spec).await?.uuid, true))
 }
 
-/// The POSIX container labelled `default` in `pool`, made like the pool.
-async fn default_container(mgmt: &MgmtClient, pool: &str) -> anyhow::Result<(String, bool)> {
-    let admin = EngineContainers::new(mgmt);
-    if let Some(c) = admin
-        .list(pool)
-        .await?
-        .into_iter()
-        .find(|c| c.label == DEFAULT_LABEL)
-    {
-        return Ok((c.uuid, false));
-    }
-    let spec = ContainerSpec {
-        pool: pool.to_string(),
-        uuid: Some(stable_uuid(&format!("{pool}/container/{DEFAULT_LABEL}"))),
-        label: DEFAULT_LABEL.into(),
-        properties: vec![(CONT_LAYOUT_TYPE, PropValue::Num(LAYOUT_POSIX))],
-        ..ContainerSpec::default()
+/// The size of the tier that holds the pool's data (NVMe, or SCM without NVMe): the most a
+/// volume's quota can be, as the CSI controller counts it.
+fn data_bytes(info: &dpufs_daos::PoolInfo) -> Option<u64> {
+    let tier = |media: &str| {
+        info.tiers
+            .iter()
+            .find(|t| t.media.eq_ignore_ascii_case(media) && t.total > 0)
+            .map(|t| t.total)
     };
-    Ok((admin.create(&spec).await?.uuid, true))
+    tier("NVME").or_else(|| tier("SCM"))
 }
 
+/// A UUID derived from `name`: the same on every run.
 fn stable_uuid(name: &str) -> Uuid {
     Uuid::new_v5(&Uuid::NAMESPACE_OID, format!("dpufs-up/{name}").as_bytes())
 }

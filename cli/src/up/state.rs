@@ -3,13 +3,14 @@
 //! | file | what |
 //! |---|---|
 //! | `endpoint` | the engine's management endpoint (other `dpufs` commands read it) |
-//! | `engine.pid`, `keeper.pid` | the children, so `dpufs down` can stop them after a crash of `up` |
-//! | `mount` | the mountpoint of the default volume |
+//! | `engine.pid`, `csi-controller.pid`, `csi-node.pid`, `keeper.pid` | the children (the keeper is the node plugin's), so `dpufs down` can stop them after a crash of `up` |
+//! | `mount` | the mountpoint of the default volume (its CSI target path) |
 //! | `fabric.dir` | the software fabric's device directory in shared memory |
-//! | `agent.key`, `agent.pub` | the node agent's signing key and the public half the engine trusts |
-//! | `volume/` | the worker's capability, renewed by `up` |
-//! | `keeper/`, `keeper.log` | the mount keeper's socket and each worker's state (control socket, session record); their log |
-//! | `engine/`, `engine.log` | the engine's data and log |
+//! | `agent.key`, `agent.pub` | the node agent's signing key (the node plugin's `--agent-key`) and the public half the engine trusts |
+//! | `directory.json` | the CSI plugins' directory: the system, its endpoints, the default pool and tenant |
+//! | `csi/` | the plugins' sockets (`controller.sock`, `node.sock`) and the volume's staging directory |
+//! | `node/`, `node/keeper.log` | the node plugin's state: the mount keeper's socket, each worker's state (control socket, session record), the stage records and capabilities (`node/csi/`) |
+//! | `csi-controller.log`, `csi-node.log`, `engine/`, `engine.log` | the plugins' logs; the engine's data and log |
 
 use anyhow::{Context, bail};
 use rustix::process::{Pid, Signal, kill_process};
@@ -22,8 +23,8 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// The programs `up` runs.
 pub const ENGINE: &str = "dpufs-engine";
-/// The keeper and the workers it starts (one binary).
-pub const KEEPER: &str = "dpufs-csi";
+/// The CSI plugins, the mount keeper and the workers it starts (one binary).
+pub const CSI: &str = "dpufs-csi";
 
 /// Paths inside the state directory.
 #[derive(Debug, Clone)]
@@ -42,14 +43,20 @@ impl StateDir {
         self.dir.join(name)
     }
 
-    /// The volume's files of the node agent (the worker's capability).
-    pub fn volume(&self) -> PathBuf {
-        self.dir.join("volume")
+    /// The node plugin's state directory (`--state-dir`), which is also its mount keeper's
+    /// (the keeper's socket, each worker's state).
+    pub fn keeper(&self) -> PathBuf {
+        self.dir.join("node")
     }
 
-    /// The mount keeper's state directory (its socket, each worker's state).
-    pub fn keeper(&self) -> PathBuf {
-        self.dir.join("keeper")
+    /// The CSI plugins' sockets.
+    pub fn csi(&self) -> PathBuf {
+        self.dir.join("csi")
+    }
+
+    /// The default volume's staging path (NodeStageVolume's `staging_target_path`).
+    pub fn staging(&self) -> PathBuf {
+        self.csi().join("staging")
     }
 
     /// Records `value` in `file`.
@@ -75,7 +82,15 @@ impl StateDir {
     /// Forgets the running stack: pids, endpoint, mount and fabric records. Keeps the data,
     /// the key and the logs.
     pub fn forget(&self) {
-        for file in [ENDPOINT, ENGINE_PID, KEEPER_PID, MOUNT, FABRIC_DIR] {
+        for file in [
+            ENDPOINT,
+            ENGINE_PID,
+            CONTROLLER_PID,
+            NODE_PID,
+            KEEPER_PID,
+            MOUNT,
+            FABRIC_DIR,
+        ] {
             let _ = std::fs::remove_file(self.path(file));
         }
     }
@@ -84,6 +99,8 @@ impl StateDir {
 pub const ENDPOINT: &str = "endpoint";
 pub const ENGINE_PID: &str = "engine.pid";
 pub const KEEPER_PID: &str = "keeper.pid";
+pub const CONTROLLER_PID: &str = "csi-controller.pid";
+pub const NODE_PID: &str = "csi-node.pid";
 pub const MOUNT: &str = "mount";
 pub const FABRIC_DIR: &str = "fabric.dir";
 

@@ -1,11 +1,12 @@
-//! `dpufs status`: what the local stack runs — engine, pools, containers, the mount keeper,
-//! the volume worker and its mount — from the state directory, the management API, the
-//! keeper's socket and the worker's control socket.
+//! `dpufs status`: what the local stack runs — engine, pools, containers, the CSI plugins
+//! and their sockets, the mount keeper, the volume worker and its mount — from the state
+//! directory, the management API, the keeper's socket and the worker's control socket.
 
+use super::csi::Service;
+use super::node::{control, worker_control};
 use super::state::{
-    ENDPOINT, ENGINE, ENGINE_PID, KEEPER, KEEPER_PID, MOUNT, StateDir, mounted_fstype,
+    CSI, ENDPOINT, ENGINE, ENGINE_PID, KEEPER_PID, MOUNT, StateDir, mounted_fstype,
 };
-use super::volume::{control, worker_control};
 use crate::output::{Out, Table, bytes};
 use clap::Args;
 use dpufs_daos::{ContainerAdmin, EngineContainers};
@@ -24,6 +25,9 @@ pub struct StatusArgs {
 struct Status {
     engine: Option<Process>,
     pools: Vec<PoolStatus>,
+    /// The CSI controller and node plugins, with their sockets as endpoints.
+    csi_controller: Option<Process>,
+    csi_node: Option<Process>,
     keeper: Option<Process>,
     worker: Option<Process>,
     /// Workers the keeper replaced after they died.
@@ -67,7 +71,14 @@ pub async fn status(args: StatusArgs, system: &str, out: Out) -> anyhow::Result<
         Some(endpoint) => pools(endpoint, system).await?,
         None => Vec::new(),
     };
-    let keeper = state.running(KEEPER_PID, KEEPER).map(|pid| Process {
+    let plugin = |service: Service| {
+        state.running(service.pid_file(), CSI).map(|pid| Process {
+            pid,
+            endpoint: Some(format!("unix://{}", service.socket(&state).display())),
+        })
+    };
+    let (csi_controller, csi_node) = (plugin(Service::Controller), plugin(Service::Node));
+    let keeper = state.running(KEEPER_PID, CSI).map(|pid| Process {
         pid,
         endpoint: None,
     });
@@ -102,6 +113,8 @@ pub async fn status(args: StatusArgs, system: &str, out: Out) -> anyhow::Result<
     let status = Status {
         engine,
         pools,
+        csi_controller,
+        csi_node,
         keeper,
         worker,
         worker_restarts,
@@ -109,7 +122,10 @@ pub async fn status(args: StatusArgs, system: &str, out: Out) -> anyhow::Result<
         worker_stats,
         mount,
     };
-    let nothing = status.engine.is_none() && status.keeper.is_none();
+    let nothing = status.engine.is_none()
+        && status.keeper.is_none()
+        && status.csi_node.is_none()
+        && status.csi_controller.is_none();
     out.show(&status, print)?;
     if nothing {
         anyhow::bail!(
@@ -158,6 +174,8 @@ fn print(s: &Status) {
             fields.push(("  container", c.clone()));
         }
     }
+    fields.push(("CSI controller", process(&s.csi_controller)));
+    fields.push(("CSI node", process(&s.csi_node)));
     fields.push(("mount keeper", process(&s.keeper)));
     fields.push(("volume worker", process(&s.worker)));
     if let Some(n) = s.worker_restarts.filter(|&n| n > 0) {
