@@ -572,6 +572,8 @@ async fn validate_volume_capabilities_confirms_only_what_is_supported() {
         Mode::MultiNodeReaderOnly,
         Mode::MultiNodeSingleWriter,
         Mode::MultiNodeMultiWriter,
+        Mode::SingleNodeSingleWriter,
+        Mode::SingleNodeMultiWriter,
     ];
     let all: Vec<_> = modes.iter().map(|m| cap(*m)).collect();
     let r = bed.validate(&vol.volume_id, all.clone()).await.unwrap();
@@ -580,7 +582,6 @@ async fn validate_volume_capabilities_confirms_only_what_is_supported() {
     block.access_type = Some(AccessType::Block(BlockVolume {}));
     for unsupported in [
         block,
-        cap(Mode::SingleNodeMultiWriter),
         cap(Mode::Unknown),
         VolumeCapability {
             access_type: Some(AccessType::Mount(MountVolume {

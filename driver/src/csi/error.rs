@@ -351,6 +351,10 @@ pub enum PublishError {
     },
     #[error("{target} is already mounted by something else")]
     TargetInUse { target: String },
+    #[error(
+        "volume {id} is SINGLE_NODE_SINGLE_WRITER and already published at {other}; unpublish it there first"
+    )]
+    SingleWriterInUse { id: String, other: String },
     #[error("{0}")]
     Busy(#[from] Busy),
     #[error("{step}: {detail}")]
@@ -537,9 +541,10 @@ fn publish_code(e: &PublishError) -> Code {
         | P::Capability(_) => Code::InvalidArgument,
         P::MalformedId(VolumeIdError::Foreign(_)) | P::NotFound(_) => Code::NotFound,
         P::MalformedId(_) => Code::InvalidArgument,
-        P::NotStaged { .. } | P::TargetInUse { .. } | P::NotOurMount { .. } => {
-            Code::FailedPrecondition
-        }
+        P::NotStaged { .. }
+        | P::TargetInUse { .. }
+        | P::NotOurMount { .. }
+        | P::SingleWriterInUse { .. } => Code::FailedPrecondition,
         P::OtherTenant { .. } | P::NoTenant { .. } => Code::PermissionDenied,
         P::Incompatible { .. } => Code::AlreadyExists,
         P::Busy(_) => Code::Aborted,

@@ -636,6 +636,15 @@ fn node_table() -> Vec<(CsiError, Code, &'static str)> {
             "/t",
         ),
         (
+            P::SingleWriterInUse {
+                id: id(),
+                other: "/pods/a/mount".into(),
+            }
+            .into(),
+            Code::FailedPrecondition,
+            "/pods/a/mount",
+        ),
+        (
             P::Path(PathError {
                 what: "target path",
                 path: "/tmp".into(),

@@ -73,10 +73,12 @@ pub fn check_capability(cap: &VolumeCapability) -> Result<(), CapabilityError> {
             | Mode::SingleNodeReaderOnly
             | Mode::MultiNodeReaderOnly
             | Mode::MultiNodeSingleWriter
-            | Mode::MultiNodeMultiWriter,
+            | Mode::MultiNodeMultiWriter
+            // Both services advertise SINGLE_NODE_MULTI_WRITER (ReadWriteOncePod); the node
+            // service keeps a SINGLE_NODE_SINGLE_WRITER volume to one target.
+            | Mode::SingleNodeSingleWriter
+            | Mode::SingleNodeMultiWriter,
         ) => Ok(()),
-        // SINGLE_NODE_{SINGLE,MULTI}_WRITER need the SINGLE_NODE_MULTI_WRITER capability,
-        // which this driver does not advertise.
         Ok(other) => Err(CapabilityError::AccessMode(other.as_str_name().to_string())),
         Err(_) => Err(CapabilityError::AccessMode(format!("{mode}"))),
     }

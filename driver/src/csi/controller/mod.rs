@@ -140,6 +140,7 @@ impl ControllerService {
             rpc::Type::GetCapacity,
             rpc::Type::GetVolume,
             rpc::Type::VolumeCondition,
+            rpc::Type::SingleNodeMultiWriter,
         ]
         .into_iter()
         .map(|t| ControllerServiceCapability {

@@ -87,6 +87,7 @@ impl NodeService {
             rpc::Type::StageUnstageVolume,
             rpc::Type::GetVolumeStats,
             rpc::Type::VolumeCondition,
+            rpc::Type::SingleNodeMultiWriter,
         ]
         .into_iter()
         .map(|t| NodeServiceCapability {

@@ -10,7 +10,9 @@ use crate::csi::controller::check_capability;
 use crate::csi::directory::DirectoryError;
 use crate::csi::error::{PathError, PublishError};
 use crate::csi::volume_id::{VolumeId, VolumeIdError};
-use dpufs_proto::csi::v1::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest};
+use dpufs_proto::csi::v1::{
+    NodePublishVolumeRequest, NodeUnpublishVolumeRequest, VolumeCapability,
+};
 use std::path::Path;
 
 /// The pod's namespace, which kubelet adds to the volume context (CSIDriver
@@ -70,6 +72,9 @@ impl NodeService {
                 });
             }
             None => {}
+        }
+        if single_writer(cap) {
+            check_sole_target(&req.volume_id, staged_dev, &staging)?;
         }
         match std::fs::create_dir(&target) {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && is_directory(&target) => {}
@@ -193,5 +198,30 @@ fn not_staged(id: &str, staging: &Path) -> PublishError {
     PublishError::NotStaged {
         id: id.to_string(),
         staging: staging.display().to_string(),
+    }
+}
+
+/// Whether the access mode allows one writer only, in one pod: SINGLE_NODE_SINGLE_WRITER
+/// (ReadWriteOncePod).
+fn single_writer(cap: &VolumeCapability) -> bool {
+    use dpufs_proto::csi::v1::volume_capability::access_mode::Mode;
+    cap.access_mode
+        .as_ref()
+        .is_some_and(|m| m.mode == Mode::SingleNodeSingleWriter as i32)
+}
+
+/// A single-writer volume goes to one target: FAILED_PRECONDITION when a bind of the staged
+/// mount (device `dev`) exists anywhere but at its staging path.
+fn check_sole_target(id: &str, dev: (u32, u32), staging: &Path) -> Result<(), PublishError> {
+    let mounts = dpufs_node_api::mountinfo::read().map_err(node_err("reading the mount table"))?;
+    match mounts
+        .iter()
+        .find(|m| m.dev == dev && m.mountpoint != staging)
+    {
+        Some(other) => Err(PublishError::SingleWriterInUse {
+            id: id.to_string(),
+            other: other.mountpoint.display().to_string(),
+        }),
+        None => Ok(()),
     }
 }
