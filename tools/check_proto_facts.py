@@ -1,13 +1,53 @@
 #!/usr/bin/env python3
 """Check compiled .proto files against the markdown fact tables of a spec.
 
-The spec format (see /work/shared/spec/*.md):
+The spec (--spec) is a markdown file. Only the lines below are read; all other
+lines are prose and skipped, except that any heading ("#", "##", ...) ends the
+current message or service, and that prose naming an option extension declares
+it (see the last item).
 
-  **service Name**            (or prose such as "Service `pkg.Name` ...")
-  | rpc | request | response | notes |      response may read "stream X"
-  **message Outer.Inner** (alpha)
-  | # | field | type | label | notes |      notes: "oneof X", "secret", "alpha"
+  **service Name**
+      Starts a service; "(alpha)" may follow. A prose line naming
+      "Service `pkg.Name`" starts one too. The service's table follows:
+  | rpc | request | response | notes |
+      One row per rpc. Request and response are message names; "stream X"
+      marks a streaming side. Notes may say "alpha".
+  **message Outer.Inner**
+      Starts a message; "(alpha)" may follow. Nested messages are named with
+      dots. The message's table follows:
+  | # | field | type | label | notes |
+      One row per field: the number; the name; the type (a scalar such as
+      uint64, a message or enum name, or map<K,V>); the label (empty,
+      "repeated" or "optional"; empty for maps); notes, any of "oneof X",
+      "secret", "alpha".
   **enum Outer.E**: A=0, B=1(alpha)
+      An enum with all its values on one line; "(alpha)" after the name or
+      after a value marks it.
+  `name` = 1059 on FieldOptions
+      In a prose paragraph that mentions "Options": a custom option extension
+      and its number.
+
+A table is read when its first row is one of the two headers above (tables
+with any other header are ignored); separator rows (|---|) are skipped, and
+any line that is not a table row ends the table. A table belongs to the last
+**message** or service line above it, with no heading or enum line between;
+a field or rpc table without one, and a service without an rpc table, are
+spec errors. Backticks in cells are ignored, and type names may carry the
+package prefix (--package). With --appendix-only, reading starts at the first
+"## Appendix" heading. A small example:
+
+  **service Identity**
+  | rpc | request | response | notes |
+  |---|---|---|---|
+  | GetPluginInfo | GetPluginInfoRequest | GetPluginInfoResponse |  |
+
+  **message GetPluginInfoResponse**
+  | # | field | type | label | notes |
+  |---|---|---|---|---|
+  | 1 | name | string |  |  |
+  | 3 | manifest | map<string,string> |  |  |
+
+  **enum PoolServiceState**: Creating=0, Ready=1
 
 All `.proto` files under <root>/proto (except google/protobuf/**) are compiled
 with `protoc -Iproto --include_imports -o <tmp>.pb ...`; the descriptors of the

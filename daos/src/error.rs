@@ -1,5 +1,6 @@
 //! One typed error for everything the DAOS client does, decoded in one place
-//! from the shape DAOS puts on the wire (`daos-mgmt-wire.md` §4.2).
+//! from the shape DAOS puts on the wire (docs/engine.md, "Semantics kept from DAOS" and "The
+//! management client's calls").
 
 use dpufs_proto::daos::der::Der;
 use dpufs_proto::daos::errinfo as ei;

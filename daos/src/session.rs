@@ -1,6 +1,6 @@
 //! Connections to the DAOS management service: channels per endpoint, leader
 //! discovery, DAOS's version headers, and DAOS's retry rules
-//! (`daos-mgmt-wire.md` §2.5, §2.6).
+//! (docs/engine.md, "The management client's calls").
 
 use crate::error::{DaosError, Result};
 use crate::tls::{self, TlsFiles};

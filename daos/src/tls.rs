@@ -1,4 +1,4 @@
-//! DAOS's mutual TLS on the client side (`daos-mgmt-wire.md` §2.2): TLS 1.2
+//! DAOS's mutual TLS on the client side (docs/engine.md, "Security"): TLS 1.2
 //! only, the single cipher suite `TLS_RSA_WITH_AES_256_GCM_SHA384`, a client
 //! certificate from the DAOS CA, no hostname checks, and the server's
 //! certificate must say CN=`server`. rustls cannot speak that suite, so this

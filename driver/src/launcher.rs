@@ -1,8 +1,8 @@
-//! The launcher: what the node plugin does at start (design.md §Node plugin and worker
-//! lifetime; docs/keeper.md). It finds the node's mount keeper — adopting the one that
-//! already runs, with every volume and worker it serves — or starts one that outlives the
-//! launcher, and makes sure its volumes are mounted and served. It never unmounts on exit:
-//! the volumes belong to the node's pods, not to the plugin's process.
+//! The launcher: what the node plugin does at start (docs/architecture.md, "Worker lifetime";
+//! docs/keeper.md, "Outliving the node plugin"). It finds the node's mount keeper — adopting
+//! the one that already runs, with every volume and worker it serves — or starts one that
+//! outlives the launcher, and makes sure its volumes are mounted and served. It never unmounts
+//! on exit: the volumes belong to the node's pods, not to the plugin's process.
 
 use crate::ipc::keeper as client;
 use crate::keeper::{Keeper, placement};

@@ -1,4 +1,4 @@
-//! The dpufs CSI driver (design.md §Flows, §Node plugin and worker lifetime).
+//! The dpufs CSI driver (docs/architecture.md, "Flows" and "Worker lifetime").
 //!
 //! Built so far: the volume worker ([`worker`]), which serves one DFS container through
 //! FUSE; the mount keeper ([`keeper`]), which holds each mount's connection and hands it to

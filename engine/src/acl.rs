@@ -1,5 +1,6 @@
-//! DAOS access-control entries, `TYPE:FLAGS:PRINCIPAL:PERMS`
-//! (`daos-mgmt-wire.md` §1.5), and the add/replace/delete rules of the ACL calls.
+//! DAOS access-control entries, `TYPE:FLAGS:PRINCIPAL:PERMS` (the format: docs/api.md,
+//! "Conventions shared by the kinds"), and the add/replace/delete rules of the ACL calls
+//! (docs/engine.md, "Semantics kept from DAOS").
 
 use crate::error::{Result, der};
 use dpufs_proto::daos::der::Der;

@@ -1,6 +1,6 @@
 //! Containers: create/destroy/query/list, properties, ACLs and attributes, with
-//! DAOS's container semantics (`daos-mgmt-wire.md` §3); snapshots and clones are in
-//! `snapshots.rs`.
+//! DAOS's container semantics (docs/engine.md, "Semantics kept from DAOS"); snapshots and
+//! clones are in `snapshots.rs`.
 
 use crate::acl::{self, AclTarget};
 use crate::engine::Engine;

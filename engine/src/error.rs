@@ -1,5 +1,5 @@
 //! The engine's error type and its one mapping to gRPC statuses, in the exact
-//! shape DAOS's control plane sends (`daos-mgmt-wire.md` §4.2): code
+//! shape DAOS's control plane sends (docs/engine.md, "Semantics kept from DAOS"): code
 //! `Internal` with a `google.rpc.Status` detail holding one `ErrorInfo`.
 
 use dpufs_proto::daos::der::Der;

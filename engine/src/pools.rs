@@ -1,4 +1,4 @@
-//! Pool lifecycle with DAOS's semantics (`daos-mgmt-wire.md` §1.3, §1.7).
+//! Pool lifecycle with DAOS's semantics (docs/engine.md, "Semantics kept from DAOS").
 //! Every mutation validates fully first and then commits in one store
 //! transaction, so bad input leaves nothing behind.
 

@@ -1,4 +1,4 @@
-//! DAOS's mutual TLS on the server side (`daos-mgmt-wire.md` §2.2): TLS 1.2
+//! DAOS's mutual TLS on the server side (docs/engine.md, "Security"): TLS 1.2
 //! only, `TLS_RSA_WITH_AES_256_GCM_SHA384` only, a client certificate chaining
 //! to the DAOS CA required, ALPN `h2`. The client certificate's CN reaches each
 //! RPC as [`PeerCn`] for the per-method allow-list in [`allowed`].

@@ -1,5 +1,5 @@
 //! Who may call and with which version: DAOS's system-name check and its
-//! component version rules (`daos-mgmt-wire.md` §1.2, §2.5).
+//! component version rules (docs/engine.md, "Semantics kept from DAOS").
 
 use crate::error::{EngineError, Result, fault};
 use dpufs_proto::daos::fault::FaultCode;

@@ -1,6 +1,7 @@
 //! The checks the responder NIC makes on every incoming RDMA READ/WRITE, in the NIC's order
-//! (rdma-isolation.md §1.5, after rxe's `check_op_valid`, `check_length` and `check_rkey`), and
-//! the test-only switches that turn single checks off to prove each one is necessary.
+//! (after rxe's `check_op_valid`, `check_length` and `check_rkey`; the numbered steps are listed
+//! in docs/fabric.md, "The responder's checks"), and the test-only switches that turn single
+//! checks off to prove each one is necessary.
 
 use std::fmt;
 use std::str::FromStr;
@@ -18,19 +19,19 @@ pub struct NicChecks(u32);
 impl NicChecks {
     /// No checks.
     pub const NONE: NicChecks = NicChecks(0);
-    /// §1.5 step 1: the QP's own access flags must allow the remote operation.
+    /// Step 1: the QP's own access flags must allow the remote operation.
     pub const OPCODE: NicChecks = NicChecks(1);
-    /// §1.5 step 3: the full key must equal the object's current key (not just the index).
+    /// Step 3: the full key must equal the object's current key (not just the index).
     pub const KEY_BYTE: NicChecks = NicChecks(1 << 1);
-    /// §1.5 steps 4/5: PD of the MR or window equals PD of the QP.
+    /// Steps 4/5: PD of the MR or window equals PD of the QP.
     pub const PD: NicChecks = NicChecks(1 << 2);
-    /// §1.5 step 5: a type-2 window is bound to this QP.
+    /// Step 5: a type-2 window is bound to this QP.
     pub const MW_QP_BINDING: NicChecks = NicChecks(1 << 3);
-    /// §1.5 steps 4/5: the object is VALID (and a window has a non-zero length).
+    /// Steps 4/5: the object is VALID (and a window has a non-zero length).
     pub const STATE: NicChecks = NicChecks(1 << 4);
-    /// §1.5 steps 4/5: the requested right is granted.
+    /// Steps 4/5: the requested right is granted.
     pub const RIGHTS: NicChecks = NicChecks(1 << 5);
-    /// §1.5 step 6: the range lies inside the MR or window.
+    /// Step 6: the range lies inside the MR or window.
     pub const BOUNDS: NicChecks = NicChecks(1 << 6);
     /// Every check.
     pub const ALL: NicChecks = NicChecks((1 << 7) - 1);
@@ -213,9 +214,10 @@ pub(crate) struct Rejection {
 /// Largest DMA length of one request (IBTA: 2³¹).
 pub(crate) const MAX_MESSAGE: u64 = 1 << 31;
 
-/// Runs the §1.5 checks for an RDMA READ or WRITE of `len` bytes at `addr` with `rkey`, in the
-/// NIC's order. `lookup` returns the table entry at a key index, or `None` if the index holds
-/// no object. `Ok(None)` is a zero-length request, which skips the key checks as on the NIC.
+/// Runs the responder's checks for an RDMA READ or WRITE of `len` bytes at `addr` with `rkey`,
+/// in the NIC's order. `lookup` returns the table entry at a key index, or `None` if the index
+/// holds no object. `Ok(None)` is a zero-length request, which skips the key checks as on the
+/// NIC.
 pub(crate) fn check_rma(
     enabled: NicChecks,
     qp: &ResponderQp,
@@ -335,7 +337,7 @@ mod tests {
 
     #[test]
     fn order_follows_the_nic() {
-        // Several things wrong at once: the earliest check in §1.5 order is reported.
+        // Several things wrong at once: the earliest check in the NIC's order is reported.
         let mut qp = QP;
         qp.access = Access::NONE;
         qp.pd = 4;

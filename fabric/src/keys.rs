@@ -1,4 +1,4 @@
-//! Key layout (rdma-isolation.md §1.3): a 32-bit key is a 24-bit index into the device's MR/MW
+//! Key layout (docs/fabric.md, "Keys"): a 32-bit key is a 24-bit index into the device's MR/MW
 //! table and an 8-bit key byte. The index is chosen by the device, the key byte of a type-2
 //! window by the consumer in each bind.
 
@@ -29,8 +29,8 @@ pub const fn make_key(index: u32, byte: u8) -> u32 {
 }
 
 /// `ibv_inc_rkey`: the next key byte for the same index. Use it to pick the rkey of a rebind,
-/// so a stale handle of the previous binding no longer matches (§7.4: no repeat within 256
-/// binds of one index).
+/// so a stale handle of the previous binding no longer matches (a key byte never repeats within
+/// 256 binds of one index).
 pub const fn inc_rkey(key: u32) -> u32 {
     make_key(key_index(key), key_byte(key).wrapping_add(1))
 }

@@ -45,8 +45,8 @@
 //! | counters | `rdma statistic` / sysfs port and hw counters |
 //!
 //! MW bind, local invalidate and `ibv_inc_rkey` are inline functions in `verbs.h`, so the verbs
-//! provider reaches them through the context's ops pointers or a small C shim
-//! (rdma-isolation.md, "ibverbs crate facts").
+//! provider reaches them through the context's ops pointers or a small C shim: bindgen emits no
+//! function for a `static inline` one (docs/fabric.md, "Verbs provider").
 
 pub mod checks;
 mod choice;

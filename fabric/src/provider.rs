@@ -1,4 +1,5 @@
-//! The provider trait: exactly the verbs dpufs uses (rdma-isolation.md §8.1).
+//! The provider trait: exactly the verbs dpufs uses (docs/fabric.md, "The verbs rules every
+//! provider keeps"; "What maps to what" gives the libibverbs call behind each).
 //!
 //! One [`RdmaDevice`] value is one opened device context (`ibv_context`); its associated types
 //! are the verbs objects. Work requests name MRs and windows by reference, so they are generic

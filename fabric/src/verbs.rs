@@ -116,7 +116,7 @@ pub struct Endpoint(pub Vec<u8>);
 pub enum QpTransition {
     /// RESET → INIT with the responder access flags (remote read/write/atomic).
     Init {
-        /// Which remote operations this QP serves at all (§1.5 step 1).
+        /// Which remote operations this QP serves at all (responder check 1, docs/fabric.md).
         access: Access,
     },
     /// INIT → RTR, naming the peer QP.

@@ -2,7 +2,8 @@
 //! Property test: random sequences of registrations, window binds, invalidations,
 //! deregistrations, reconnects and remote accesses (with random keys, ranges, rights and QPs)
 //! run against the software provider and against a small reference model of the verbs rules
-//! (rdma-isolation.md §1.4, §1.5); every outcome must match.
+//! (docs/fabric.md, "Type-2 memory windows" and "The responder's checks"); every outcome must
+//! match.
 //!
 //! In-process: node 1 (the memory owner) and node 2 (the requesters) are two devices opened by
 //! this process, connected over loopback TCP.
@@ -241,7 +242,7 @@ impl Model {
         }
     }
 
-    /// §1.5 for a request of `len` at `addr` with `key` arriving on QP `qp`.
+    /// The responder's checks for a request of `len` at `addr` with `key` arriving on QP `qp`.
     fn access(&self, qp: usize, key: u32, addr: u64, len: u64, write: bool) -> WcStatus {
         let right = if write {
             Access::REMOTE_WRITE

@@ -3,8 +3,8 @@
 //! [`Dfs`] is object-based, like libdfs and like FUSE: every call names objects by [`Oid`],
 //! the root is [`ROOT`], and there are no open-file handles to lose — a worker that restarts
 //! (crash failover, hot upgrade) keeps serving the kernel's inode numbers. Semantics are DFS's
-//! (daos-mgmt-wire.md §5): directories are objects, entries are keys, files are chunked, there
-//! are no hard links.
+//! (docs/dfs.md, "Semantics"): directories are objects, entries are keys, files are chunked,
+//! there are no hard links.
 //!
 //! Backends: the engine over a [`DfsTransport`] (`EngineDfs`; the fabric in production), and
 //! a local directory (`LocalDfs`), the reference the differential POSIX suite

@@ -1,4 +1,4 @@
-//! The mount keeper (design.md §Node plugin and worker lifetime; docs/keeper.md): one process
+//! The mount keeper (docs/architecture.md, "Worker lifetime"; docs/keeper.md): one process
 //! per node that mounts each volume, holds the connection's original /dev/fuse descriptor
 //! without ever reading from it, hands it to the volume's worker over a unix socket
 //! (SCM_RIGHTS, with a versioned handover), and supervises the workers.

@@ -1,6 +1,6 @@
 //! The request loop: one reader thread per cloned `/dev/fuse` descriptor.
 //!
-//! fuse-backend-rs's `FuseSession` is not used (spec/fuse-backend-rs.md, gaps 1, 2 and 5): its
+//! fuse-backend-rs's `FuseSession` is not used (docs/worker.md, "Process layout"): its
 //! constructor stats the mountpoint (a deadlock when nobody serves the connection yet), its
 //! channels are dups of one descriptor (a dead worker's in-flight requests then hang), and its
 //! Drop unmounts. The pieces it is built from are public, so this module does the same with

@@ -1,5 +1,5 @@
 //! The volume worker: one process per (tenant, volume) on a node, serving a DFS container to
-//! the kernel through FUSE (design.md §Node plugin and worker lifetime; docs/worker.md).
+//! the kernel through FUSE (docs/architecture.md, "Worker lifetime"; docs/worker.md).
 //!
 //! [`Worker::start`] goes through the phases of `setup.rs` — the connection (mount, inherited
 //! descriptor or the keeper's handover), one clone per reader, readahead, the control socket,

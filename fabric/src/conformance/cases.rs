@@ -139,7 +139,7 @@ pub fn mr_write_read_send<D: RdmaDevice>(env: &Env<D>) -> CaseResult {
     Ok(())
 }
 
-/// §1.5 step 2: a zero-length READ/WRITE skips the key checks.
+/// Responder check 2: a zero-length READ/WRITE skips the key checks.
 pub fn zero_length_access_skips_key_check<D: RdmaDevice>(env: &Env<D>) -> CaseResult {
     let pd = env.dev.alloc_pd()?;
     let link = env.link(&pd, QP_RW)?;
@@ -605,7 +605,7 @@ pub fn stale_mr_key_after_dereg<D: RdmaDevice>(env: &Env<D>) -> CaseResult {
     )
 }
 
-/// §1.5 step 1: a QP without remote write refuses WRITEs as invalid requests (not access
+/// Responder check 1: a QP without remote write refuses WRITEs as invalid requests (not access
 /// errors), even into an MR that allows them.
 pub fn qp_without_remote_write<D: RdmaDevice>(env: &Env<D>) -> CaseResult {
     let pd = env.dev.alloc_pd()?;

@@ -1,5 +1,6 @@
-//! The conformance suite: the isolation semantics of rdma-isolation.md §8 (the MW, PD and access
-//! cases of google/rdma-unit-test, ported as semantics, plus the attack cases), written once
+//! The conformance suite: the isolation semantics of docs/fabric.md, "The verbs rules every
+//! provider keeps" (the MW, PD and access cases of google/rdma-unit-test, ported as semantics,
+//! plus the attack cases), written once
 //! against [`RdmaDevice`] and run across real processes.
 //!
 //! Roles: the local process holds a device context on node 1 (the DPU, where tenant workers

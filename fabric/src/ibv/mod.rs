@@ -5,7 +5,7 @@
 //! C shim (`shim.c`, compiled by build.rs) for the verbs that are `static inline` in
 //! `<infiniband/verbs.h>` and so have no binding: `ibv_alloc_mw`, `ibv_dealloc_mw`,
 //! `ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_query_port` and
-//! `ibv_inc_rkey` (rdma-isolation.md, "ibverbs crate facts").
+//! `ibv_inc_rkey` (bindgen emits no function for a `static inline` one).
 //!
 //! # Mapping
 //!
@@ -518,7 +518,7 @@ impl IbvDevice {
 
     /// Whether the device advertises type-2B memory windows (`IBV_DEVICE_MEM_WINDOW_TYPE_2B`).
     /// NVIDIA documents windows only on physical functions; whether BlueField-3 scalable
-    /// functions have them is an open question (rdma-isolation.md §9).
+    /// functions have them is an open question (docs/fabric.md, "Lower-assurance notes").
     pub fn supports_type2_windows(&self) -> bool {
         self.ctx.mw_type2b
     }

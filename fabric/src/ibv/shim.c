@@ -3,7 +3,7 @@
  *
  * libibverbs defines these verbs as `static inline` functions in <infiniband/verbs.h> that jump
  * through the context's ops table, so bindgen (ibverbs-sys) emits no function for them
- * (rdma-isolation.md, "ibverbs crate facts"). Each wrapper here is one call to the inline verb,
+ * (docs/fabric.md, "Verbs provider"). Each wrapper here is one call to the inline verb,
  * nothing more; the Rust side (src/ibv/ffi.rs) declares them with ibverbs-sys types.
  *
  * Compiled by build.rs with the `cc` crate against the system's libibverbs headers, i.e. the

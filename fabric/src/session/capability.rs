@@ -1,4 +1,4 @@
-//! Connection capabilities (rdma-isolation.md §7.2, last row): what a tenant worker may do on
+//! Connection capabilities (docs/fabric.md, "Capabilities"): what a tenant worker may do on
 //! an engine, signed by the node agent's Ed25519 key and checked by the server before it
 //! creates a QP or moves a byte.
 //!

@@ -1,6 +1,6 @@
 //! [`Connection`]: a tenant session's link to one engine endpoint, and the reconnect policy
-//! around it (§7.4: a failed QP is never repaired; it is replaced, after an exponential backoff,
-//! unless the peer is quarantined).
+//! around it (docs/fabric.md, "Error policy, caps": a failed QP is never repaired; it is
+//! replaced, after an exponential backoff, unless the peer is quarantined).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};

@@ -1,5 +1,6 @@
 //! Scoped rkeys: a type-2 memory window bound, for one call, over exactly the buffer slot the
-//! call uses, with exactly one right, to exactly the connection's QP (rdma-isolation.md §7.2).
+//! call uses, with exactly one right, to exactly the connection's QP (docs/fabric.md, "Scoped
+//! rkeys: lease, rotation, timeout rules").
 //!
 //! Why per call: a window bound to one QP is useless on any other QP (a leaked or guessed rkey
 //! gets the prober's QP killed), and invalidating it after the reply means a late or replayed
@@ -49,8 +50,8 @@ pub(crate) struct KeyRotation {
 }
 
 impl KeyRotation {
-    /// Rotation of a window whose rkey is `rkey`, continuing from a random key byte (§7.2: CSPRNG
-    /// start, then `inc_rkey`).
+    /// Rotation of a window whose rkey is `rkey`, continuing from a random key byte (a random
+    /// start, then `inc_rkey` on every bind).
     pub fn new(rkey: u32) -> KeyRotation {
         KeyRotation {
             rkey: make_key(key_index(rkey), rand::random()),

@@ -18,7 +18,7 @@
 //!   handshake carries a capability signed by the node agent; the [`SessionServer`] checks it
 //!   before creating a QP, and its handlers can move data only through their own request's
 //!   lease ([`BulkAccess`]).
-//! - **Error policy** (§7.4): a QP with an access error is dead; the [`Connection`] reconnects
+//! - **Error policy**: a QP with an access error is dead; the [`Connection`] reconnects
 //!   with exponential backoff and quarantines a peer after K access errors per minute; caps bound
 //!   QPs, MRs, windows and registered bytes per tenant ([`Limits`]).
 //! - **Observability**: counters ([`SessionStats`], [`ServerStats`]) and a ring buffer of recent

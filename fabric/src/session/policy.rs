@@ -1,5 +1,6 @@
-//! The error policy of rdma-isolation.md §7.4: reconnect with exponential backoff, quarantine a
-//! peer after K access errors per minute; and the per-tenant resource caps (ReDMArk M7).
+//! The error policy (docs/fabric.md, "Error policy, caps"): reconnect with exponential backoff,
+//! quarantine a peer after K access errors per minute; and the per-tenant resource caps
+//! (ReDMArk M7).
 //!
 //! Why quarantine: every wrong rkey guess costs the guesser a QP (class-C error), so probing
 //! means reconnecting; refusing a peer for a while after a few access errors turns a cheap
@@ -65,7 +66,7 @@ impl Clock for ManualClock {
 /// When to quarantine a peer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QuarantinePolicy {
-    /// Access errors within `window` that trigger a quarantine (K, §7.4: 3).
+    /// Access errors within `window` that trigger a quarantine (K; 3 by default).
     pub max_errors: u32,
     /// The sliding window (one minute).
     pub window: Duration,

@@ -1,5 +1,5 @@
 //! Registered buffer pools: one memory region cut into equal slots, registered once when the
-//! session (or server) starts, so no registration ever happens on the I/O path (§6: `ibv_reg_mr`
+//! session (or server) starts, so no registration ever happens on the I/O path (`ibv_reg_mr`
 //! pins pages and costs a syscall per call).
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};

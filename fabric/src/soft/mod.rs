@@ -7,14 +7,15 @@
 //! so a responder can reach any registered page of its node, as DMA can. QPs are reliable
 //! connected over TCP between nodes and over unix sockets within one (modules `cm`, `channel`,
 //! `wire`); between two contexts of one device, payloads move by one copy between the
-//! registered buffers, the way a NIC loops such a transfer back; the responder of each QP runs the §1.5 checks
-//! ([`crate::checks`]) in a thread of the process that owns the QP (module `responder`), and
-//! responses to a QP's own requests are processed by its completion thread or by a caller
-//! waiting on its send CQ (module `requester`).
+//! registered buffers, the way a NIC loops such a transfer back; the responder of each QP runs
+//! the NIC's checks ([`crate::checks`]) in a thread of the process that owns the QP (module
+//! `responder`), and responses to a QP's own requests are processed by its completion thread or
+//! by a caller waiting on its send CQ (module `requester`).
 //!
 //! Not modelled: UC/UD/XRC/DC transports, atomics, type-1 windows, SRQs, fast-reg MRs,
-//! `rereg_mr`, CQ overrun, per-packet re-checks of a READ in flight (§1.5 step 7), and RNR
-//! limits (a SEND waits for a receive, as with `rnr_retry = 7`).
+//! `rereg_mr`, CQ overrun, per-packet re-checks of a READ in flight (step 7 of docs/fabric.md,
+//! "The responder's checks"), and RNR limits (a SEND waits for a receive, as with
+//! `rnr_retry = 7`).
 
 mod channel;
 mod cm;

@@ -1,6 +1,6 @@
 //! Memory regions and type-2 memory windows of the software device, with the bind and
-//! invalidate rules of rdma-isolation.md §1.4 (rxe's `rxe_check_bind_mw`, IBTA C10-72..75,
-//! o10-37.2.x).
+//! invalidate rules of docs/fabric.md, "Type-2 memory windows" (rxe's `rxe_check_bind_mw`, IBTA
+//! C10-72..75, o10-37.2.x).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -202,7 +202,7 @@ pub(crate) fn psn_le(a: u32, b: u32) -> bool {
 }
 
 fn random_psn() -> u32 {
-    // A random start PSN, as rdma_cm picks (§7.2): a forged request must guess it.
+    // A random start PSN, as rdma_cm picks: a forged request must guess it.
     rand::random::<u32>() & 0x00ff_ffff
 }
 

@@ -1,6 +1,6 @@
 //! The responder of a connected QP: the part of the NIC that serves the peer's requests.
 //!
-//! For each incoming request it makes the §1.5 checks ([`check_rma`]) before touching memory,
+//! For each incoming request it makes the NIC's checks ([`check_rma`]) before touching memory,
 //! then moves the payload between the socket and the registered buffer directly, or, for a
 //! same-device peer, between the peer's registered buffer and ours (see [`super::channel`]).
 //! A failed check
