@@ -339,7 +339,7 @@ impl IbvMw {
             let errno = last_errno();
             let op = format!(
                 "ibv_alloc_mw(IBV_MW_TYPE_2) on {} (device {} type-2B windows; windows may be \
-                 missing on virtual and scalable functions, rdma-isolation.md §9)",
+                 missing on virtual and scalable functions, docs/fabric.md, \"Lower-assurance notes\")",
                 ctx.name,
                 if ctx.mw_type2b {
                     "advertises"
