@@ -55,6 +55,14 @@ pub struct DaosSystemSpec {
     /// and no authentication, for test systems only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub insecure: bool,
+
+    /// Where nodes reach the system's DFS data service over the fabric,
+    /// `ip:port` (IPv6 in brackets): the embedded engine's fabric address, what
+    /// `dpufs-engine` writes to `fabric.addr`. The CSI node plugin mounts
+    /// volumes there; without it, nodes refuse to stage this system's volumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = validation::data_endpoint)]
+    pub data_endpoint: Option<String>,
 }
 
 fn default_system_name() -> String {

@@ -163,6 +163,19 @@ pub(crate) fn endpoints(schema: &mut Schema) {
     });
 }
 
+/// The fabric data endpoint of an engine: an IP address (IPv6 in brackets) and a
+/// port, never a host name (the fabric connects to addresses).
+pub(crate) fn data_endpoint(schema: &mut Schema) {
+    set(schema, "maxLength", json!(64));
+    push(
+        schema,
+        rule(
+            "self.matches('^(([0-9]{1,3}[.]){3}[0-9]{1,3}|\\\\[[0-9A-Fa-f:.]+\\\\]):[0-9]{1,5}$')",
+            "'dataEndpoint \"' + self + '\" must be ip:port, the address of the engine fabric data service, for example 10.0.0.5:7000 or [fd00::5]:7000'",
+        ),
+    );
+}
+
 /// The DAOS version of the servers: `major.minor.patch`, and a minor version
 /// dpufs speaks.
 pub(crate) fn daos_version(schema: &mut Schema) {

@@ -3,6 +3,7 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
+use dpufs_csi::csi::directory::DirectoryArgs;
 use dpufs_csi::ipc::keeper as client;
 use dpufs_csi::keeper::{Keeper, placement};
 use dpufs_csi::launcher::{
@@ -50,10 +51,9 @@ struct NodeArgs {
     /// The CSI endpoint, unix:///path/to/csi.sock.
     #[arg(long, env = "CSI_ENDPOINT")]
     endpoint: String,
-    /// Where the plugin finds DAOS systems (with their data endpoint), pools and tenants
-    /// (JSON, as for the controller; docs/csi.md).
-    #[arg(long)]
-    directory: PathBuf,
+    /// Where the plugin finds DAOS systems (with their data endpoint), pools and tenants.
+    #[command(flatten)]
+    directory: DirectoryArgs,
     /// This node's id (the Kubernetes node name).
     #[arg(long, env = "NODE_ID")]
     node_id: String,
@@ -127,7 +127,11 @@ impl FabricArgs {
 
 fn node(a: NodeArgs) -> Result<()> {
     use dpufs_csi::csi::node::agent::NodeAgent;
-    let directory = std::sync::Arc::new(dpufs_csi::csi::StaticDirectory::from_file(&a.directory)?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let directory = runtime.block_on(a.directory.open())?;
+    let ready = directory.clone();
     let key = a
         .agent_key
         .clone()
@@ -148,21 +152,18 @@ fn node(a: NodeArgs) -> Result<()> {
     };
     let service = dpufs_csi::csi::NodeService::new(config, directory);
     let records = service.records_dir();
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(async move {
-            let renewals = tokio::spawn(agent.renew_forever(records));
-            let served = dpufs_csi::csi::server::serve_node_until(
-                &a.endpoint,
-                service,
-                || true,
-                dpufs_csi::csi::server::stop_signal(),
-            )
-            .await;
-            renewals.abort();
-            served
-        })?;
+    runtime.block_on(async move {
+        let renewals = tokio::spawn(agent.renew_forever(records));
+        let served = dpufs_csi::csi::server::serve_node_until(
+            &a.endpoint,
+            service,
+            move || ready.ready(),
+            dpufs_csi::csi::server::stop_signal(),
+        )
+        .await;
+        renewals.abort();
+        served
+    })?;
     Ok(())
 }
 
@@ -171,22 +172,20 @@ struct ControllerArgs {
     /// The CSI endpoint, unix:///path/to/csi.sock.
     #[arg(long, env = "CSI_ENDPOINT")]
     endpoint: String,
-    /// Where the controller finds DAOS systems, pools and tenants (JSON: system, pools,
-    /// tenants, defaultTenant; docs/csi.md).
-    #[arg(long)]
-    directory: PathBuf,
+    /// Where the controller finds DAOS systems, pools and tenants.
+    #[command(flatten)]
+    directory: DirectoryArgs,
 }
 
 fn controller(a: ControllerArgs) -> Result<()> {
-    let directory = dpufs_csi::csi::StaticDirectory::from_file(&a.directory)?;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
-        .block_on(dpufs_csi::csi::serve_controller(
-            &a.endpoint,
-            std::sync::Arc::new(directory),
-        ))?;
-    Ok(())
+        .block_on(async {
+            let directory = a.directory.open().await?;
+            dpufs_csi::csi::serve_controller(&a.endpoint, directory).await?;
+            Ok(())
+        })
 }
 
 #[derive(Args, Debug)]

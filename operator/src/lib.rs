@@ -8,8 +8,8 @@
 //! reachability), [`tenant`] the DaosTenant controller (matched namespaces,
 //! allowed pools), [`systems`] caches one DAOS client per DaosSystem,
 //! [`leader`] elects one active replica over a Lease, [`metrics`] and
-//! [`error`] are shared. With the `testing` feature, [`testing`] provides an
-//! in-memory fake API server.
+//! [`error`] are shared. The tests run on the fake API server of
+//! `dpufs_kube::testing`.
 
 pub mod conditions;
 pub mod container;
@@ -21,8 +21,6 @@ mod reconcile;
 pub mod system;
 pub mod systems;
 pub mod tenant;
-#[cfg(feature = "testing")]
-pub mod testing;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -16,14 +16,13 @@ use crate::pool::publish;
 use crate::reconcile::{STALE_RETRY, StatusWrite, apply_status, log_results, measured};
 use dpufs_api::{DaosPool, DaosTenant, DaosTenantSpec, DaosTenantStatus, condition};
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// Reason of `Ready=True`.
@@ -35,115 +34,11 @@ pub const INVALID_PRINCIPAL: &str = "InvalidPrincipal";
 /// Reason of `Ready=False` for a namespace selector Kubernetes would refuse.
 pub const INVALID_SELECTOR: &str = "InvalidSelector";
 
-/// What the controller needs of a Namespace.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct NamespaceView {
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-    /// `metadata.deletionTimestamp` is set: the namespace is going away.
-    pub deleting: bool,
-}
-
-impl From<&Namespace> for NamespaceView {
-    fn from(ns: &Namespace) -> NamespaceView {
-        NamespaceView {
-            name: ns.name_any(),
-            labels: ns.labels().clone(),
-            deleting: ns.metadata.deletion_timestamp.is_some(),
-        }
-    }
-}
-
-/// Why a principal is unusable as a tenant's, if it is: the API server's
-/// rules (`name@` or `name@domain`, not a special principal), checked again
-/// for objects written before the CRD had them.
-pub fn principal_problem(principal: &str) -> Option<String> {
-    let Some((name, domain)) = principal.split_once('@') else {
-        return Some(format!(
-            "principal {principal:?} is not a DAOS principal: write the user name followed by @, for example team-a@"
-        ));
-    };
-    let bad = |s: &str| s.contains([':', '@', ' ']);
-    if name.is_empty() || bad(name) || bad(domain) || principal.len() > 256 {
-        return Some(format!(
-            "principal {principal:?} is not a DAOS principal: write the user name followed by @, for example team-a@"
-        ));
-    }
-    if matches!(principal, "OWNER@" | "GROUP@" | "EVERYONE@") {
-        return Some(format!(
-            "{principal} is a special DAOS principal; name the tenant user, for example team-a@"
-        ));
-    }
-    None
-}
-
-/// Whether `labels` match `selector`, with Kubernetes's semantics: every
-/// `matchLabels` pair and every `matchExpressions` requirement must hold; an
-/// empty selector matches everything. An invalid selector (unknown operator,
-/// `In`/`NotIn` without values, `Exists`/`DoesNotExist` with values) is an
-/// error, as the API server would report it.
-pub fn selector_matches(
-    selector: &LabelSelector,
-    labels: &BTreeMap<String, String>,
-) -> std::result::Result<bool, String> {
-    let mut matches = true;
-    for (k, v) in selector.match_labels.iter().flatten() {
-        matches &= labels.get(k) == Some(v);
-    }
-    for (i, req) in selector.match_expressions.iter().flatten().enumerate() {
-        let values = req.values.as_deref().unwrap_or_default();
-        let at = format!("namespaceSelector.matchExpressions[{i}]");
-        let value = labels.get(&req.key);
-        let holds = match req.operator.as_str() {
-            "In" | "NotIn" if values.is_empty() => {
-                return Err(format!("{at}: operator {} needs values", req.operator));
-            }
-            "Exists" | "DoesNotExist" if !values.is_empty() => {
-                return Err(format!("{at}: operator {} takes no values", req.operator));
-            }
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            other => {
-                return Err(format!(
-                    "{at}: unknown operator {other:?}; use In, NotIn, Exists or DoesNotExist"
-                ));
-            }
-        };
-        matches &= holds;
-    }
-    Ok(matches)
-}
-
-/// The namespaces of a tenant now, sorted: those of `spec.namespaces` that
-/// exist, or those `spec.namespaceSelector` matches; namespaces being deleted
-/// are left out.
-pub fn matched_namespaces(
-    spec: &DaosTenantSpec,
-    namespaces: &[NamespaceView],
-) -> std::result::Result<Vec<String>, String> {
-    let live = namespaces.iter().filter(|ns| !ns.deleting);
-    let mut out: Vec<String> = match (&spec.namespaces, &spec.namespace_selector) {
-        (Some(names), _) => live
-            .filter(|ns| names.contains(&ns.name))
-            .map(|ns| ns.name.clone())
-            .collect(),
-        (None, Some(selector)) => {
-            let mut out = Vec::new();
-            for ns in live {
-                if selector_matches(selector, &ns.labels)? {
-                    out.push(ns.name.clone());
-                }
-            }
-            out
-        }
-        (None, None) => Vec::new(),
-    };
-    out.sort();
-    out.dedup();
-    Ok(out)
-}
+// Which namespaces belong to a tenant is shared with the CSI driver, which
+// decides volumes' tenants by the same rules.
+pub use dpufs_kube::tenancy::{
+    NamespaceView, SelectorError, matched_namespaces, principal_problem, selector_matches,
+};
 
 /// The tenant's status: matched namespaces and `Ready`. Returns the status
 /// and whether `Ready` changed.
@@ -169,7 +64,7 @@ pub fn plan_status(
     let (ready, reason, message) = if let Some(problem) = principal_problem(&spec.principal) {
         (false, INVALID_PRINCIPAL, problem)
     } else if let Err(problem) = &matched {
-        (false, INVALID_SELECTOR, problem.clone())
+        (false, INVALID_SELECTOR, problem.to_string())
     } else if !missing.is_empty() {
         (
             false,
@@ -320,7 +215,7 @@ pub async fn run(ctx: Arc<Context>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+    use std::collections::BTreeMap;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -337,14 +232,6 @@ mod tests {
         }
     }
 
-    fn req(key: &str, op: &str, values: &[&str]) -> LabelSelectorRequirement {
-        LabelSelectorRequirement {
-            key: key.into(),
-            operator: op.into(),
-            values: (!values.is_empty()).then(|| values.iter().map(|v| v.to_string()).collect()),
-        }
-    }
-
     fn spec(v: serde_json::Value) -> DaosTenantSpec {
         serde_json::from_value(v).unwrap()
     }
@@ -352,81 +239,6 @@ mod tests {
     fn ready(s: &DaosTenantStatus) -> (String, String, String) {
         let c = crate::conditions::get(&s.conditions, condition::READY).unwrap();
         (c.status.clone(), c.reason.clone(), c.message.clone())
-    }
-
-    #[test]
-    fn selectors_follow_kubernetes_semantics() {
-        let l = labels(&[("tenant", "a"), ("env", "prod")]);
-        let sel = |ml: &[(&str, &str)], me: Vec<LabelSelectorRequirement>| LabelSelector {
-            match_labels: (!ml.is_empty()).then(|| labels(ml)),
-            match_expressions: (!me.is_empty()).then_some(me),
-        };
-        assert_eq!(
-            selector_matches(&sel(&[], vec![]), &l),
-            Ok(true),
-            "empty matches all"
-        );
-        assert_eq!(
-            selector_matches(&sel(&[("tenant", "a")], vec![]), &l),
-            Ok(true)
-        );
-        assert_eq!(
-            selector_matches(&sel(&[("tenant", "b")], vec![]), &l),
-            Ok(false)
-        );
-        let cases = [
-            (req("env", "In", &["prod", "dev"]), true),
-            (req("env", "In", &["dev"]), false),
-            (req("env", "NotIn", &["dev"]), true),
-            (req("missing", "NotIn", &["x"]), true),
-            (req("env", "NotIn", &["prod"]), false),
-            (req("env", "Exists", &[]), true),
-            (req("missing", "Exists", &[]), false),
-            (req("missing", "DoesNotExist", &[]), true),
-            (req("env", "DoesNotExist", &[]), false),
-        ];
-        for (r, want) in cases {
-            let s = sel(&[("tenant", "a")], vec![r.clone()]);
-            assert_eq!(selector_matches(&s, &l), Ok(want), "{r:?}");
-        }
-        for bad in [
-            req("env", "In", &[]),
-            req("env", "Exists", &["x"]),
-            req("env", "Equals", &["prod"]),
-        ] {
-            assert!(
-                selector_matches(&sel(&[], vec![bad.clone()]), &l).is_err(),
-                "{bad:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn named_namespaces_are_those_that_exist() {
-        let s = spec(serde_json::json!({
-            "namespaces": ["b", "a", "gone"], "allowedPools": ["p"], "principal": "t@"
-        }));
-        let mut dying = ns("c", &[]);
-        dying.deleting = true;
-        let all = [ns("a", &[]), ns("b", &[]), ns("x", &[]), dying];
-        assert_eq!(matched_namespaces(&s, &all).unwrap(), vec!["a", "b"]);
-    }
-
-    #[test]
-    fn selected_namespaces_match_labels_and_skip_deleting_ones() {
-        let s = spec(serde_json::json!({
-            "namespaceSelector": {"matchLabels": {"dpufs.io/tenant": "r"}},
-            "allowedPools": ["p"], "principal": "t@"
-        }));
-        let mut dying = ns("c", &[("dpufs.io/tenant", "r")]);
-        dying.deleting = true;
-        let all = [
-            ns("b", &[("dpufs.io/tenant", "r")]),
-            ns("a", &[("dpufs.io/tenant", "r"), ("x", "y")]),
-            ns("other", &[("dpufs.io/tenant", "s")]),
-            dying,
-        ];
-        assert_eq!(matched_namespaces(&s, &all).unwrap(), vec!["a", "b"]);
     }
 
     #[test]

@@ -78,7 +78,7 @@ impl Harness {
 
     async fn create_pool(&self, name: &str, extra: serde_json::Value) -> DaosPool {
         let mut spec = json!({"systemRef": "daos", "size": {"totalBytes": "1Gi"}});
-        dpufs_operator::testing::merge(&mut spec, &extra);
+        dpufs_kube::testing::merge(&mut spec, &extra);
         let p: DaosPool = serde_json::from_value(json!({
             "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosPool",
             "metadata": {"name": name}, "spec": spec

@@ -128,7 +128,7 @@ impl Bed {
 
 async fn create_system(client: &kube::Client, name: &str, addr: &str, security: serde_json::Value) {
     let mut spec = json!({"endpoints": [addr], "version": "2.8.0"});
-    dpufs_operator::testing::merge(&mut spec, &security);
+    dpufs_kube::testing::merge(&mut spec, &security);
     let sys: DaosSystem = serde_json::from_value(json!({
         "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosSystem",
         "metadata": {"name": name}, "spec": spec
@@ -672,7 +672,7 @@ on_both_with_client!(container_properties_reach_daos);
 /// no write at all (no status, no event).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fake_only_quiet_resyncs_send_no_writes() {
-    let fake = dpufs_operator::testing::FakeApiServer::new();
+    let fake = dpufs_kube::testing::FakeApiServer::new();
     let client = fake.client();
     let bed = Bed::start(&client, 1).await;
     let pool = unique("quiet");
@@ -731,7 +731,7 @@ async fn fake_only_quiet_resyncs_send_no_writes() {
 /// asking DAOS; fixing the version makes it Ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fake_only_unsupported_version_is_incompatible() {
-    let fake = dpufs_operator::testing::FakeApiServer::new();
+    let fake = dpufs_kube::testing::FakeApiServer::new();
     let client = fake.client();
     let bed = Bed::start(&client, 1).await;
     let systems = bed.systems();

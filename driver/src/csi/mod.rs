@@ -7,7 +7,8 @@
 //!   ControllerExpandVolume, ControllerGetCapabilities; every other Controller RPC answers
 //!   UNIMPLEMENTED.
 //! - [`directory`]: where the controller learns DAOS systems, pools and tenants
-//!   ([`Directory`]), with a static implementation ([`StaticDirectory`]).
+//!   ([`Directory`]): from a file ([`StaticDirectory`]) or the dpufs CRDs
+//!   ([`KubeDirectory`]).
 //! - [`error`]: one error enum per operation, mapped to gRPC codes in one place.
 //! - [`volume_id`], [`params`], [`label`]: the volume id format, the StorageClass
 //!   parameters, and container labels derived from CSI names.
@@ -28,7 +29,9 @@ pub mod server;
 pub mod volume_id;
 
 pub use controller::ControllerService;
-pub use directory::{Directory, PoolRef, StaticConfig, StaticDirectory, SystemClients, Tenant};
+pub use directory::{
+    Directory, KubeDirectory, PoolRef, StaticConfig, StaticDirectory, SystemClients, Tenant,
+};
 pub use identity::IdentityService;
 pub use node::{NodeConfig, NodeService};
 pub use server::{ServeError, parse_endpoint, serve_controller, serve_controller_until};

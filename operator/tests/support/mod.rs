@@ -9,7 +9,7 @@
 use dpufs_api::DaosSystem;
 use dpufs_e2e::kube_api::KubeApiServer;
 use dpufs_e2e::{EngineOpts, EngineProcess};
-use dpufs_operator::testing::FakeApiServer;
+use dpufs_kube::testing::FakeApiServer;
 use dpufs_operator::{Backoff, Context};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -221,7 +221,7 @@ impl DaosBed {
             json!({"insecure": true})
         };
         let mut spec = json!({"endpoints": [engine.addr], "version": "2.8.0"});
-        dpufs_operator::testing::merge(&mut spec, &security);
+        dpufs_kube::testing::merge(&mut spec, &security);
         let sys: DaosSystem = serde_json::from_value(json!({
             "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosSystem",
             "metadata": {"name": "daos"},

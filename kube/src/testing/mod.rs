@@ -16,6 +16,9 @@
 //! and leaves out now is removed, unless another manager applied it too. An
 //! apply to an object that does not exist creates it. Lists are atomic.
 //!
+//! [`FakeApiServer::serve_http`] serves the same state over HTTP, for binaries
+//! under test.
+//!
 //! Simplifications (documented, deliberate): merge and strategic-merge
 //! patches are both applied as JSON merge patches and take no field
 //! ownership; applies never conflict (as with `force`); label and field
@@ -33,6 +36,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tokio::sync::broadcast;
+
+mod over_http;
 
 /// Response body of the fake: whole documents or a watch stream.
 pub type FakeBody = UnsyncBoxBody<Bytes, Infallible>;

@@ -1,115 +1,17 @@
-//! Where the controller learns what Kubernetes objects say: the DAOS systems and their
-//! clients (DaosSystem), pool names and UUIDs (DaosPool), and which tenant a PVC's
-//! namespace belongs to, with its principal and allowed pools (DaosTenant).
-//!
-//! [`StaticDirectory`] answers from a fixed configuration: one system, a map of pools,
-//! tenants, and a default tenant for requests without a PVC namespace (conformance suites
-//! send none). It serves `dpufs up` and the tests. A directory backed by the Kubernetes API
-//! (DaosSystem/DaosPool/DaosTenant through kube-rs) is not built yet.
+//! [`StaticDirectory`]: a [`Directory`] with a fixed configuration, read from JSON: one
+//! system, a map of pools, tenants, and a default tenant for requests without a PVC
+//! namespace (conformance suites send none). It serves `dpufs up` and the tests.
 
+use super::{Directory, DirectoryError, PoolRef, SystemClients, Tenant};
 use crate::csi::params::{valid_namespace, valid_object_name};
 use crate::csi::volume_id::valid_system_name;
-use dpufs_daos::{ClientConfig, ContainerAdmin, EngineContainers, MgmtClient, TlsFiles};
+use dpufs_daos::{ClientConfig, EngineContainers, MgmtClient, TlsFiles};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
-
-/// The DAOS clients of one system.
-#[derive(Clone)]
-pub struct SystemClients {
-    /// The system's name (DaosSystem `spec.name`), as in volume ids.
-    pub name: String,
-    pub mgmt: MgmtClient,
-    pub containers: Arc<dyn ContainerAdmin>,
-    /// Where nodes reach the system's DFS data service (the embedded engine's fabric
-    /// address); `None` when the directory does not know one.
-    pub data_endpoint: Option<std::net::SocketAddr>,
-}
-
-impl std::fmt::Debug for SystemClients {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SystemClients")
-            .field("name", &self.name)
-            .field("mgmt", &self.mgmt)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A pool a volume may go to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PoolRef {
-    /// The DaosPool name (StorageClass parameter `pool`).
-    pub name: String,
-    pub uuid: Uuid,
-}
-
-/// A tenant: whose volumes, granted to which DAOS principal, in which pools.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Tenant {
-    /// The DaosTenant name.
-    pub name: String,
-    /// The DAOS user principal its containers are granted to, `name@`.
-    pub principal: String,
-    /// DaosPool names its volumes may be created in.
-    pub allowed_pools: Vec<String>,
-}
-
-/// What the directory cannot answer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DirectoryError {
-    #[error("no DAOS system is configured")]
-    NoSystem,
-    #[error(
-        "several DAOS systems are configured ({}); set the StorageClass parameter system",
-        .0.join(", ")
-    )]
-    SeveralSystems(Vec<String>),
-    #[error("DAOS system {0:?} is not configured (no such DaosSystem)")]
-    UnknownSystem(String),
-    #[error(
-        "pool {pool:?} of DAOS system {system:?} is not known (no such DaosPool, or it has no UUID yet)"
-    )]
-    UnknownPool { system: String, pool: String },
-    #[error(
-        "namespace {0:?} belongs to no DaosTenant; add it to a tenant's namespaces to provision volumes there"
-    )]
-    NoTenant(String),
-    #[error(
-        "the request names no PVC namespace (run the external-provisioner with --extra-create-metadata) and no default tenant is configured"
-    )]
-    NoDefaultTenant,
-    #[error("the directory cannot be read now: {0}")]
-    Unavailable(String),
-}
-
-/// The source of systems, pools and tenants.
-#[tonic::async_trait]
-pub trait Directory: Send + Sync + 'static {
-    /// Whether the directory can answer (a Kubernetes-backed one: its caches are synced).
-    /// This is what Probe reports; it never involves DAOS.
-    fn ready(&self) -> bool {
-        true
-    }
-
-    /// The system of volumes whose StorageClass names none: the only one there is.
-    async fn default_system(&self) -> Result<String, DirectoryError>;
-
-    /// The clients of the named system.
-    async fn system(&self, name: &str) -> Result<SystemClients, DirectoryError>;
-
-    /// The pool named `pool` (a DaosPool name) in `system`.
-    async fn pool(&self, system: &str, pool: &str) -> Result<PoolRef, DirectoryError>;
-
-    /// The tenant of a PVC namespace; `None` (no namespace sent) gives the default tenant.
-    async fn tenant(&self, namespace: Option<&str>) -> Result<Tenant, DirectoryError>;
-
-    /// Every pool of `system` (where ListSnapshots looks).
-    async fn pools(&self, system: &str) -> Result<Vec<PoolRef>, DirectoryError>;
-}
 
 /// The configuration of a [`StaticDirectory`], e.g. read from JSON:
 ///

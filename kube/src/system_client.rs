@@ -1,0 +1,321 @@
+//! DaosSystem → DAOS management client, cached per DaosSystem and rebuilt
+//! when the DaosSystem's spec (its uid and generation) or its TLS Secret (its
+//! resourceVersion) changes.
+//!
+//! The Secret holds the files DAOS's `gen_certificates.sh` writes; they are
+//! written out under `<tls root>/<DaosSystem name>/` because the DAOS client
+//! reads certificates from files, as DAOS tools do.
+
+use dpufs_api::DaosSystem;
+use dpufs_daos::{ClientConfig, DaosError, EngineContainers, MgmtClient, TlsFiles};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client, ResourceExt};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The clients of one DaosSystem, and what they were built from.
+#[derive(Debug, Clone)]
+pub struct SystemClient {
+    pub mgmt: MgmtClient,
+    pub containers: EngineContainers,
+    /// uid/generation of the DaosSystem and resourceVersion of its Secret.
+    version: String,
+}
+
+/// Why no client can be built for a DaosSystem.
+#[derive(Debug, thiserror::Error)]
+pub enum SystemClientError {
+    /// The Kubernetes API refused or failed reading the Secret.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The DaosSystem's TLS Secret does not exist.
+    #[error("DaosSystem {system:?}: TLS Secret {secret} not found")]
+    SecretMissing { system: String, secret: String },
+    /// The TLS Secret exists but its contents are unusable (a key missing, a
+    /// certificate that does not parse, a key that does not match).
+    #[error("DaosSystem {system:?}: TLS Secret {secret}: {message}")]
+    SecretInvalid {
+        system: String,
+        secret: String,
+        message: String,
+    },
+    /// The DaosSystem cannot be turned into a client (bad endpoints, a TLS
+    /// directory that cannot be written).
+    #[error("DaosSystem {system:?}: {message}")]
+    Config { system: String, message: String },
+    /// `spec.version` is not a version dpufs speaks (the DAOS 2.8 wire).
+    #[error(
+        "DaosSystem {system:?}: version {version} is incompatible: dpufs speaks the DAOS {} management API",
+        dpufs_proto::daos::WIRE_VERSION
+    )]
+    VersionUnsupported { system: String, version: String },
+    /// The DAOS client refused the configuration for another reason.
+    #[error("{0}")]
+    Daos(#[from] DaosError),
+}
+
+/// Checks `spec.version` against the DAOS release whose management wire dpufs
+/// speaks: the same major.minor (DAOS's rule for admin tools), any patch.
+pub fn check_version(system: &str, version: &str) -> Result<(), SystemClientError> {
+    let major_minor = |v: &str| {
+        let mut it = v.split('.');
+        Some((
+            it.next()?.parse::<u32>().ok()?,
+            it.next()?.parse::<u32>().ok()?,
+        ))
+    };
+    let wire = major_minor(dpufs_proto::daos::WIRE_VERSION);
+    if wire.is_some() && major_minor(version) == wire {
+        Ok(())
+    } else {
+        Err(SystemClientError::VersionUnsupported {
+            system: system.to_string(),
+            version: version.to_string(),
+        })
+    }
+}
+
+/// A built client and when its Secret was last read.
+#[derive(Debug)]
+struct Cached {
+    client: SystemClient,
+    /// uid/generation of the DaosSystem the client was built from.
+    system_version: String,
+    secret_read: Instant,
+}
+
+/// Clients per DaosSystem name.
+#[derive(Debug)]
+pub struct SystemClientCache {
+    cache: Mutex<HashMap<String, Cached>>,
+    tls_root: PathBuf,
+    request_timeout: Duration,
+    secret_refresh: Option<Duration>,
+}
+
+impl SystemClientCache {
+    /// `tls_root` is where TLS Secrets are written out, one directory per
+    /// DaosSystem. Every [`SystemClientCache::client`] reads the Secret again
+    /// unless [`SystemClientCache::with_secret_refresh`] says otherwise.
+    pub fn new(tls_root: PathBuf) -> SystemClientCache {
+        SystemClientCache {
+            cache: Mutex::default(),
+            tls_root,
+            request_timeout: Duration::from_secs(30),
+            secret_refresh: None,
+        }
+    }
+
+    /// How long one DAOS call may take, retries included (default 30 s).
+    pub fn with_request_timeout(mut self, timeout: Duration) -> SystemClientCache {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Reads an unchanged DaosSystem's Secret at most once per `interval`
+    /// (a changed DaosSystem is always rebuilt at once). For callers that
+    /// build a client on every request, as the CSI driver does: a rotated
+    /// certificate is picked up within `interval`, like a Secret volume's.
+    pub fn with_secret_refresh(mut self, interval: Duration) -> SystemClientCache {
+        self.secret_refresh = Some(interval);
+        self
+    }
+
+    /// The client of `sys`: the cached one while neither the DaosSystem's
+    /// spec nor its Secret changed, else a new one.
+    pub async fn client(
+        &self,
+        kube: &Client,
+        sys: &DaosSystem,
+    ) -> Result<SystemClient, SystemClientError> {
+        let name = sys.name_any();
+        check_version(&name, &sys.spec.version)?;
+        // The spec (generation), not the resourceVersion: the DaosSystem
+        // controller's status writes must not rebuild every client.
+        let system_version = format!(
+            "{}/{}",
+            sys.metadata.uid.clone().unwrap_or_default(),
+            sys.metadata.generation.unwrap_or_default()
+        );
+        if let Some(refresh) = self.secret_refresh
+            && let Some(c) = self.cache.lock().expect("lock").get(&name)
+            && c.system_version == system_version
+            && c.secret_read.elapsed() < refresh
+        {
+            return Ok(c.client.clone());
+        }
+        let secret = read_secret(kube, &name, sys).await?;
+        let version = format!(
+            "{system_version}/{}",
+            secret
+                .as_ref()
+                .and_then(|s| s.metadata.resource_version.clone())
+                .unwrap_or_default()
+        );
+        if let Some(c) = self.cache.lock().expect("lock").get_mut(&name)
+            && c.client.version == version
+        {
+            c.secret_read = Instant::now();
+            return Ok(c.client.clone());
+        }
+        let client = self.build(&name, sys, secret.as_ref(), version)?;
+        self.cache.lock().expect("lock").insert(
+            name,
+            Cached {
+                client: client.clone(),
+                system_version,
+                secret_read: Instant::now(),
+            },
+        );
+        Ok(client)
+    }
+
+    fn build(
+        &self,
+        name: &str,
+        sys: &DaosSystem,
+        secret: Option<&Secret>,
+        version: String,
+    ) -> Result<SystemClient, SystemClientError> {
+        let cfg_err = |message: String| SystemClientError::Config {
+            system: name.to_string(),
+            message,
+        };
+        let secret_err = |message: String| SystemClientError::SecretInvalid {
+            system: name.to_string(),
+            secret: secret_name(sys),
+            message,
+        };
+        let mut cfg = ClientConfig::new(sys.spec.endpoints.clone());
+        cfg.system = sys.spec.name.clone();
+        cfg.request_timeout = self.request_timeout;
+        // Endpoints first, so that a configuration error found once the TLS
+        // files are in place is about the Secret.
+        MgmtClient::new(cfg.clone()).map_err(|e| cfg_err(e.to_string()))?;
+        if let Some(secret) = secret {
+            let dir = self.tls_root.join(name);
+            std::fs::create_dir_all(&dir).map_err(|e| cfg_err(e.to_string()))?;
+            for (key, mode) in [
+                ("daosCA.crt", 0o644),
+                ("admin.crt", 0o644),
+                ("admin.key", dpufs_daos::tls::max_key_mode("admin")),
+            ] {
+                let data = secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .ok_or_else(|| secret_err(format!("lacks key {key}")))?;
+                // The Secret's keys are the file names DAOS expects.
+                replace_file(&dir.join(key), &data.0, mode).map_err(|e| cfg_err(e.to_string()))?;
+            }
+            cfg = cfg.with_tls(TlsFiles::in_dir(&dir, "admin"));
+        }
+        let mgmt = MgmtClient::new(cfg).map_err(|e| match e {
+            DaosError::Config(m) => secret_err(m),
+            e => e.into(),
+        })?;
+        Ok(SystemClient {
+            containers: EngineContainers::new(&mgmt),
+            mgmt,
+            version,
+        })
+    }
+}
+
+/// `namespace/name` of the DaosSystem's TLS Secret; empty without TLS.
+fn secret_name(sys: &DaosSystem) -> String {
+    sys.spec
+        .tls
+        .as_ref()
+        .map(|tls| format!("{}/{}", tls.secret_ref.namespace, tls.secret_ref.name))
+        .unwrap_or_default()
+}
+
+/// The DaosSystem's TLS Secret (`get`, never list or watch: only the
+/// Secrets DaosSystems name are read); `None` without TLS.
+async fn read_secret(
+    kube: &Client,
+    name: &str,
+    sys: &DaosSystem,
+) -> Result<Option<Secret>, SystemClientError> {
+    let Some(tls) = &sys.spec.tls else {
+        return Ok(None);
+    };
+    let api: Api<Secret> = Api::namespaced(kube.clone(), &tls.secret_ref.namespace);
+    match api.get_opt(&tls.secret_ref.name).await? {
+        Some(secret) => Ok(Some(secret)),
+        None => Err(SystemClientError::SecretMissing {
+            system: name.to_string(),
+            secret: secret_name(sys),
+        }),
+    }
+}
+
+/// Writes `path` whole, with `mode`, by renaming a new file over it: key
+/// files are read-only, and a client being built at the same moment reads
+/// either the old file or the new one, never half of one.
+fn replace_file(path: &Path, data: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let file_name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = path.with_file_name(format!(
+        ".{file_name}.{}.{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(data)?;
+        // The umask may have taken bits the mode asked for.
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_need_the_wire_major_minor() {
+        assert!(check_version("s", "2.8.0").is_ok());
+        assert!(check_version("s", "2.8.5").is_ok());
+        for bad in ["2.6.1", "3.8.0", "2", "", "x.y.z"] {
+            let e = check_version("s", bad).unwrap_err();
+            assert!(
+                matches!(&e, SystemClientError::VersionUnsupported { version, .. } if version == bad),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn replaced_files_get_exactly_their_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.key");
+        replace_file(&path, b"one", 0o400).unwrap();
+        // A read-only file is replaced, not rewritten.
+        replace_file(&path, b"two", 0o400).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o400);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["admin.key"], "no temporary file left");
+    }
+}
