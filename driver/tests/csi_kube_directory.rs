@@ -19,6 +19,7 @@ use dpufs_e2e::{EngineOpts, EngineProcess};
 use dpufs_kube::testing::FakeApiServer;
 use dpufs_proto::csi::v1::controller_client::ControllerClient;
 use dpufs_proto::csi::v1::identity_client::IdentityClient;
+use dpufs_proto::csi::v1::node_client::NodeClient;
 use dpufs_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
 use dpufs_proto::csi::v1::{self as csi, VolumeCapability};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -306,24 +307,24 @@ impl Cluster {
     }
 }
 
-/// A `dpufs-csi controller --directory kubernetes` process; killed on drop.
-struct Controller {
+/// A `dpufs-csi` process (a plugin with `--directory kubernetes`, or the node's keeper);
+/// killed on drop.
+struct Plugin {
     child: Child,
     socket: PathBuf,
 }
 
-impl Drop for Controller {
+impl Drop for Plugin {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
-impl Controller {
-    fn start(cluster: &Cluster) -> Controller {
-        let socket = cluster.dir.path().join("controller.sock");
+impl Plugin {
+    fn spawn(cluster: &Cluster, socket: PathBuf, args: &[&str]) -> Plugin {
         let child = Command::new(env!("CARGO_BIN_EXE_dpufs-csi"))
-            .arg("controller")
+            .args(args)
             .arg("--endpoint")
             .arg(format!("unix://{}", socket.display()))
             .args(["--directory", "kubernetes"])
@@ -333,19 +334,66 @@ impl Controller {
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .spawn()
-            .expect("spawning dpufs-csi controller");
-        Controller { child, socket }
+            .expect("spawning dpufs-csi");
+        Plugin { child, socket }
     }
 
-    /// A channel to the controller once it accepts on its socket.
+    /// `dpufs-csi controller --directory kubernetes`.
+    fn controller(cluster: &Cluster) -> Plugin {
+        let socket = cluster.dir.path().join("controller.sock");
+        Plugin::spawn(cluster, socket, &["controller"])
+    }
+
+    /// The node's mount keeper and `dpufs-csi node --directory kubernetes`, which adopts it.
+    fn node(cluster: &Cluster) -> (Plugin, Plugin) {
+        let state = cluster.dir.path().join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        let keeper = Command::new(env!("CARGO_BIN_EXE_dpufs-csi"))
+            .arg("keeper")
+            .arg("--state-dir")
+            .arg(&state)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawning the keeper");
+        let keeper = Plugin {
+            child: keeper,
+            socket: dpufs_csi::keeper::Keeper::socket(&state),
+        };
+        let deadline = Instant::now() + WAIT;
+        while std::os::unix::net::UnixStream::connect(&keeper.socket).is_err() {
+            assert!(Instant::now() < deadline, "the keeper never listened");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let root = cluster.dir.path().display().to_string();
+        let state = state.display().to_string();
+        let socket = cluster.dir.path().join("node.sock");
+        let node = Plugin::spawn(
+            cluster,
+            socket,
+            &[
+                "node",
+                "--node-id",
+                "node-1",
+                "--keeper-start",
+                "never",
+                "--state-dir",
+                &state,
+                "--mount-root",
+                &root,
+            ],
+        );
+        (keeper, node)
+    }
+
+    /// A channel to the plugin once it accepts on its socket.
     async fn channel(&mut self) -> Channel {
         let deadline = Instant::now() + WAIT;
         while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
             assert!(
                 self.child.try_wait().unwrap().is_none(),
-                "the controller exited"
+                "the plugin exited"
             );
-            assert!(Instant::now() < deadline, "the controller never listened");
+            assert!(Instant::now() < deadline, "the plugin never listened");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let socket = self.socket.clone();
@@ -422,22 +470,38 @@ async fn eventually<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
 }
 
 /// Until the directory's caches have listed everything, Probe says not ready and lookups
-/// answer UNAVAILABLE (an empty cache would otherwise call a tenant's namespace tenantless).
-/// The plugin cannot list yet: the real API server refuses its user until the RBAC of
-/// docs/csi.md is bound; the fake does not answer yet. Once it can, the plugin becomes
-/// ready without a restart.
+/// answer UNAVAILABLE (an empty cache would otherwise call a tenant's namespace tenantless),
+/// on the controller and on the node plugin. The plugins cannot list yet: the real API
+/// server refuses their user until the RBAC of docs/csi.md is bound; the fake does not
+/// answer yet. Once they can, they become ready without a restart, and the node names its
+/// DAOS system in NodeGetInfo's topology.
 async fn probe_is_not_ready_until_the_caches_sync(backend: Backend) {
     let test = "probe_is_not_ready_until_the_caches_sync::real_api_server";
     let Some(mut cluster) = Cluster::start(backend, test, &[("ns-a", json!({}))]).await else {
         return;
     };
-    let mut controller = Controller::start(&cluster);
+    cluster
+        .system(
+            "daos",
+            json!({"endpoints": ["127.0.0.1:1"], "version": "2.8.0", "insecure": true}),
+        )
+        .await;
+    let mut controller = Plugin::controller(&cluster);
+    let (_keeper, mut node) = Plugin::node(&cluster);
     let channel = controller.channel().await;
     let mut identity = IdentityClient::new(channel.clone());
     let mut ctl = ControllerClient::new(channel);
+    let node_channel = node.channel().await;
+    let mut node_identity = IdentityClient::new(node_channel.clone());
+    let mut node_service = NodeClient::new(node_channel);
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {
         assert_eq!(probe(&mut identity).await, Some(false), "ready too early");
+        assert_eq!(
+            probe(&mut node_identity).await,
+            Some(false),
+            "node ready too early"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let err = create_volume(&mut ctl, "early", "ns-a", None)
@@ -456,16 +520,23 @@ async fn probe_is_not_ready_until_the_caches_sync(backend: Backend) {
         (probe(&mut identity).await == Some(true)).then_some(())
     })
     .await;
-    // Synced, the caches answer: nothing is configured.
+    eventually("the node's Probe ready", async || {
+        (probe(&mut node_identity).await == Some(true)).then_some(())
+    })
+    .await;
+    // Synced, the caches answer: the system is there, the namespace has no tenant.
     let err = create_volume(&mut ctl, "late", "ns-a", None)
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
-    assert!(
-        err.message().contains("no DAOS system is configured"),
-        "{}",
-        err.message()
-    );
+    assert!(err.message().contains("\"ns-a\""), "{}", err.message());
+    let info = node_service
+        .node_get_info(csi::NodeGetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let segments = info.accessible_topology.unwrap().segments;
+    assert_eq!(segments["dpufs.io/daos-system"], "daos");
 }
 on_both!(probe_is_not_ready_until_the_caches_sync);
 
@@ -596,7 +667,7 @@ async fn create_volume_follows_the_tenants_pools_and_namespaces(backend: Backend
         )
         .await;
     cluster.admit_plugin().await;
-    let mut controller = Controller::start(&cluster);
+    let mut controller = Plugin::controller(&cluster);
     let channel = controller.channel().await;
     let mut identity = IdentityClient::new(channel.clone());
     let mut ctl = ControllerClient::new(channel);
