@@ -8,7 +8,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::csi_bed::Bed;
+use common::csi_bed::bed;
 use std::time::{Duration, Instant};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -26,7 +26,7 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(40);
-    let bed = Bed::new().await;
+    let bed = bed().await;
     let mut took = Vec::with_capacity(rounds);
     for round in 0..rounds {
         let id = bed

@@ -11,6 +11,7 @@ use dpufs_csi::csi::label::{
 use dpufs_csi::csi::{StaticDirectory, TOPOLOGY_SYSTEM_KEY, VolumeId, serve_controller_until};
 use dpufs_daos::{ContainerAdmin, ContainerInfo, ContainerSpec, EngineContainers};
 use dpufs_daos::{PoolSize, PoolSpec};
+use dpufs_e2e::csi_bed::{cap, connect};
 use dpufs_e2e::{EngineOpts, EngineProcess};
 use dpufs_proto::csi::v1::controller_client::ControllerClient;
 use dpufs_proto::csi::v1::identity_client::IdentityClient;
@@ -24,11 +25,10 @@ use dpufs_proto::csi::v1::{
 use dpufs_proto::daos::props::{CONT_DPUFS_CHUNK_SIZE, CONT_DPUFS_QUOTA, CONT_LAYOUT_TYPE};
 use dpufs_proto::daos::props::{LAYOUT_POSIX, PropValue};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 use tonic::Code;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use uuid::Uuid;
 
 const GIB: i64 = 1 << 30;
@@ -149,39 +149,8 @@ impl Bed {
     }
 }
 
-async fn connect(socket: &Path) -> Channel {
-    for _ in 0..200 {
-        if socket.exists() {
-            let path = socket.to_path_buf();
-            let channel = Endpoint::try_from("http://[::]:50051")
-                .unwrap()
-                .connect_with_connector(tower::service_fn(move |_| {
-                    let path = path.clone();
-                    async move {
-                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                            tokio::net::UnixStream::connect(path).await?,
-                        ))
-                    }
-                }))
-                .await;
-            if let Ok(channel) = channel {
-                return channel;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the CSI server did not come up at {}", socket.display());
-}
-
 fn rwx() -> VolumeCapability {
     cap(Mode::MultiNodeMultiWriter)
-}
-
-fn cap(mode: Mode) -> VolumeCapability {
-    VolumeCapability {
-        access_type: Some(AccessType::Mount(MountVolume::default())),
-        access_mode: Some(AccessMode { mode: mode as i32 }),
-    }
 }
 
 fn request(name: &str, required: i64, params: &[(&str, &str)]) -> CreateVolumeRequest {
@@ -236,7 +205,7 @@ async fn identity_and_capabilities_over_the_socket() {
         .unwrap()
         .into_inner()
         .capabilities;
-    assert_eq!(ctl_caps.len(), 8, "{ctl_caps:?}");
+    assert_eq!(ctl_caps.len(), 9, "{ctl_caps:?}");
     let err = bed
         .ctl
         .clone()

@@ -10,10 +10,11 @@
 
 mod common;
 
-use common::csi_bed::{Bed, MIB, cap, connect, mounted};
+use common::csi_bed::{bed, bed_with_node_args};
 use common::{can_mount, fio_available, wait_until, write_and_verify};
 use dpufs_csi::csi::VolumeId;
 use dpufs_daos::{ContainerAdmin, EngineContainers};
+use dpufs_e2e::csi_bed::{MIB, cap, connect, mounted};
 use dpufs_proto::csi::v1::node_client::NodeClient;
 use dpufs_proto::csi::v1::volume_capability::access_mode;
 use dpufs_proto::csi::v1::{self as csi, volume_usage::Unit};
@@ -35,7 +36,7 @@ async fn stage_publish_two_pods_fio_stats_and_everything_goes_away() {
     if !can_mount() || !fio_available() {
         return;
     }
-    let bed = Bed::new().await;
+    let bed = bed().await;
     let probe = bed.ident.clone().probe(csi::ProbeRequest {}).await.unwrap();
     assert_eq!(probe.into_inner().ready, Some(true));
     let info = bed
@@ -188,7 +189,7 @@ async fn foreign_containers_bad_requests_and_missing_stages_get_their_codes() {
     if !can_mount() {
         return;
     }
-    let bed = Bed::new().await;
+    let bed = bed().await;
     let staging = bed.path("globalmount");
     std::fs::create_dir_all(&staging).unwrap();
     // The engine volume's own container was not made by the driver: no request record.
@@ -268,7 +269,7 @@ async fn foreign_containers_bad_requests_and_missing_stages_get_their_codes() {
         .unwrap()
         .into_inner()
         .capabilities;
-    assert_eq!(caps.len(), 3, "{caps:?}");
+    assert_eq!(caps.len(), 4, "{caps:?}");
 }
 
 /// Restarting the node plugin disturbs nothing: `kill -9` of the plugin while fio writes
@@ -279,7 +280,7 @@ async fn kill9_of_the_node_plugin_under_fio_disturbs_nothing() {
     if !can_mount() || !fio_available() {
         return;
     }
-    let mut bed = Bed::new().await;
+    let mut bed = bed().await;
     let volume = bed.create("pvc-3", "ns-a").await;
     let id = volume.volume_id.clone();
     let (staging, target) = bed.mount(&id, "pod").await;
@@ -331,7 +332,7 @@ async fn expansion_shows_in_the_pods_target_and_writes_go_past_the_old_size() {
     if !can_mount() {
         return;
     }
-    let bed = Bed::new().await;
+    let bed = bed().await;
     let volume = bed.create_sized("pvc-4", "ns-a", 64 * MIB).await;
     let id = volume.volume_id.clone();
     let (staging, target) = bed.mount(&id, "pod").await;
@@ -393,7 +394,7 @@ async fn snapshot_write_more_clone_and_delete_the_volume_before_its_snapshot() {
     if !can_mount() {
         return;
     }
-    let bed = Bed::new().await;
+    let bed = bed().await;
     let source = bed.create("pvc-src", "ns-a").await.volume_id;
     let mounted_src = bed.mount(&source, "src").await;
     let then: Vec<u8> = (0..(3 << 20) + 77).map(|i| (i * 7 % 251) as u8).collect();
@@ -550,7 +551,7 @@ async fn capabilities_are_renewed_so_a_reconnect_after_their_lifetime_succeeds()
     if !can_mount() {
         return;
     }
-    let mut bed = Bed::with_node_args(&["--capability-ttl-secs", "3"]).await;
+    let mut bed = bed_with_node_args(&["--capability-ttl-secs", "3"]).await;
     let id = bed.create("pvc-6", "ns-a").await.volume_id;
     let (staging, target) = bed.mount(&id, "pod").await;
     std::fs::write(target.join("before"), b"written with the first capability").unwrap();

@@ -4,7 +4,8 @@
 mod common;
 
 use common::can_mount;
-use common::csi_bed::{Bed, MIB, cap};
+use common::csi_bed::bed;
+use dpufs_e2e::csi_bed::{MIB, cap};
 use dpufs_proto::csi::v1::volume_capability::access_mode;
 use dpufs_proto::csi::v1::{self as csi};
 use std::collections::HashMap;
@@ -101,7 +102,7 @@ async fn random_ids_and_paths_get_client_codes_and_touch_nothing() {
     if !can_mount() {
         return;
     }
-    let bed = Bed::new().await;
+    let bed = bed().await;
     let real = bed.create("pvc-5", "ns-a").await.volume_id;
     let mounts_before = std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap()

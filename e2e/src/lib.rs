@@ -1,6 +1,8 @@
 //! Harness for end-to-end scenarios on real processes: locating the workspace's
 //! binaries and running a `dpufs-engine` that is killed when dropped.
 
+pub mod csi_bed;
+pub mod csi_sanity;
 pub mod kube_api;
 pub mod manifests;
 pub mod volume;

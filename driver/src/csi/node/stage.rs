@@ -39,7 +39,11 @@ impl NodeService {
     /// NodeStageVolume.
     pub async fn stage(&self, req: NodeStageVolumeRequest) -> Result<(), StageError> {
         const RPC: &str = "NodeStageVolume";
-        let id = parse_id(&req.volume_id, RPC)?;
+        // Every missing field is INVALID_ARGUMENT, whatever the id names: the id is looked
+        // at only when the request is complete.
+        if req.volume_id.is_empty() {
+            return Err(StageError::MissingId(RPC));
+        }
         if req.staging_target_path.is_empty() {
             return Err(StageError::MissingStagingPath(RPC));
         }
@@ -47,6 +51,7 @@ impl NodeService {
             .volume_capability
             .as_ref()
             .ok_or(StageError::MissingCapability)?;
+        let id = parse_id(&req.volume_id, RPC)?;
         check_capability(cap)?;
         let staging = self.node_path("staging target path", &req.staging_target_path)?;
         if !is_directory(&staging) {
@@ -164,10 +169,13 @@ impl NodeService {
     /// crashed) is cleaned up as far as it exists, and succeeds.
     pub async fn unstage(&self, req: NodeUnstageVolumeRequest) -> Result<(), StageError> {
         const RPC: &str = "NodeUnstageVolume";
-        let id = parse_id(&req.volume_id, RPC)?;
+        if req.volume_id.is_empty() {
+            return Err(StageError::MissingId(RPC));
+        }
         if req.staging_target_path.is_empty() {
             return Err(StageError::MissingStagingPath(RPC));
         }
+        let id = parse_id(&req.volume_id, RPC)?;
         let _guard = self.locks.try_lock(format!("volume {id}"))?;
         let files = VolumeFiles::of(&self.records_dir(), &id);
         let socket = self.keeper_socket();

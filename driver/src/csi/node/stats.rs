@@ -33,7 +33,11 @@ impl NodeService {
         let Ok(Some(volume)) = StagedVolume::load(&files.record) else {
             return Err(not_found());
         };
-        let path = &self.node_path("volume path", &req.volume_path)?;
+        // A path the plugin would never mount on (relative, outside the mount root) is no
+        // path of the volume: NOT_FOUND, as for any other path the volume is not at.
+        let path = &self
+            .node_path("volume path", &req.volume_path)
+            .map_err(|_| not_found())?;
         let mounted = super::mounts::at(path).ok().flatten();
         let staged = super::mounts::at(&volume.staging_path).ok().flatten();
         if mounted.is_none() || staged.as_ref().map(|m| m.dev) != mounted.as_ref().map(|m| m.dev) {
