@@ -301,6 +301,117 @@ mod tests {
         }
     }
 
+    /// A DaosSystem `daos` with mutual TLS from Secret `ns/admin`, in the fake API server.
+    async fn tls_system(fake: &crate::testing::FakeApiServer, certs: &Path) -> DaosSystem {
+        use kube::api::PostParams;
+        dpufs_daos::certs::generate(certs).unwrap();
+        let data: serde_json::Map<String, serde_json::Value> =
+            ["daosCA.crt", "admin.crt", "admin.key"]
+                .iter()
+                .map(|f| {
+                    let bytes = std::fs::read(certs.join(f)).unwrap();
+                    let encoded = k8s_openapi::ByteString(bytes);
+                    (f.to_string(), serde_json::to_value(encoded).unwrap())
+                })
+                .collect();
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "admin", "namespace": "ns"}, "data": data
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(fake.client(), "ns")
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        let sys: DaosSystem = serde_json::from_value(serde_json::json!({
+            "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosSystem",
+            "metadata": {"name": "daos"},
+            "spec": {"endpoints": ["127.0.0.1:1"], "version": "2.8.0",
+                     "tls": {"secretRef": {"name": "admin", "namespace": "ns"}}}
+        }))
+        .unwrap();
+        Api::<DaosSystem>::all(fake.client())
+            .create(&PostParams::default(), &sys)
+            .await
+            .unwrap()
+    }
+
+    fn secret_reads(fake: &crate::testing::FakeApiServer) -> usize {
+        let read = "GET /api/v1/namespaces/ns/secrets/admin";
+        fake.requests().iter().filter(|r| *r == read).count()
+    }
+
+    #[tokio::test]
+    async fn secrets_are_written_out_and_read_again_as_configured() {
+        use std::os::unix::fs::PermissionsExt;
+        let fake = crate::testing::FakeApiServer::new();
+        let kube = fake.client();
+        let dir = tempfile::tempdir().unwrap();
+        let sys = tls_system(&fake, &dir.path().join("certs")).await;
+
+        // The operator's way: the Secret on every call, one client while it is unchanged.
+        let every_call = SystemClientCache::new(dir.path().join("tls"));
+        let first = every_call.client(&kube, &sys).await.unwrap();
+        let second = every_call.client(&kube, &sys).await.unwrap();
+        assert_eq!(secret_reads(&fake), 2);
+        assert_eq!(first.version, second.version);
+        let key = dir.path().join("tls/daos/admin.key");
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, dpufs_daos::tls::max_key_mode("admin"));
+        for file in ["daosCA.crt", "admin.crt"] {
+            assert_eq!(
+                std::fs::read(dir.path().join("tls/daos").join(file)).unwrap(),
+                std::fs::read(dir.path().join("certs").join(file)).unwrap()
+            );
+        }
+
+        // The CSI driver's way: at most once per refresh interval...
+        let refreshed = SystemClientCache::new(dir.path().join("tls2"))
+            .with_secret_refresh(Duration::from_secs(3600));
+        refreshed.client(&kube, &sys).await.unwrap();
+        refreshed.client(&kube, &sys).await.unwrap();
+        assert_eq!(secret_reads(&fake), 3, "one read for two clients");
+        // ...and at once when the DaosSystem's spec changed.
+        let mut changed = sys.clone();
+        changed.metadata.generation = Some(2);
+        let rebuilt = refreshed.client(&kube, &changed).await.unwrap();
+        assert_eq!(secret_reads(&fake), 4);
+        assert!(rebuilt.version.contains("/2/"), "{}", rebuilt.version);
+    }
+
+    #[tokio::test]
+    async fn missing_and_incomplete_secrets_are_named() {
+        let fake = crate::testing::FakeApiServer::new();
+        let kube = fake.client();
+        let dir = tempfile::tempdir().unwrap();
+        let sys = tls_system(&fake, &dir.path().join("certs")).await;
+        let cache = SystemClientCache::new(dir.path().join("tls"));
+        let patch = serde_json::json!({"data": {"admin.key": null}});
+        Api::<Secret>::namespaced(kube.clone(), "ns")
+            .patch(
+                "admin",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .unwrap();
+        let e = cache.client(&kube, &sys).await.unwrap_err();
+        assert!(
+            matches!(&e, SystemClientError::SecretInvalid { secret, message, .. }
+                if secret == "ns/admin" && message == "lacks key admin.key"),
+            "{e}"
+        );
+        Api::<Secret>::namespaced(kube.clone(), "ns")
+            .delete("admin", &Default::default())
+            .await
+            .unwrap();
+        let e = cache.client(&kube, &sys).await.unwrap_err();
+        assert!(
+            matches!(&e, SystemClientError::SecretMissing { system, secret }
+                if system == "daos" && secret == "ns/admin"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn replaced_files_get_exactly_their_mode() {
         use std::os::unix::fs::PermissionsExt;
