@@ -60,6 +60,8 @@ async fn csi_sanity_against_dpufs() {
              Controller cases still run. Run as root with /dev/fuse for all of them.\n"
         ));
     }
+    // Built (when out of date) before the clock starts.
+    dpufs_e2e::binary("dpufs-engine", "dpufs-engine");
     let mut opts = BedOptions::new(dpufs_e2e::binary("dpufs-csi", "dpufs-csi"));
     opts.node = absent.is_none();
     opts.log_to_files = true;
