@@ -600,7 +600,11 @@ async fn only_the_leader_reconciles(backend: Backend) {
         (p == vec![(3, PropValue::Num(6))]).then_some(())
     })
     .await;
-    assert!(count(&b) > 0, "b leads now");
+    // A reconcile is counted when it ends, after the property it corrected.
+    wait_for("b counted its reconcile", async || {
+        (count(&b) > 0).then_some(())
+    })
+    .await;
     tb.abort();
     let pools = mgmt.list_pools().await.unwrap();
     assert_eq!(pools.len(), 1, "one pool whoever led: {pools:#?}");

@@ -62,6 +62,10 @@ pub enum CreateVolumeError {
     ContentSource,
     #[error("the content source names no snapshot id")]
     MissingSnapshotId,
+    #[error(
+        "a volume with a pool of its own (provisioning=pool) cannot be made from a snapshot: its data would have to be copied between pools; use a StorageClass with provisioning=container"
+    )]
+    SourceForOwnPool,
     #[error("snapshot {0} does not exist")]
     SnapshotNotFound(String),
     #[error(
@@ -414,10 +418,10 @@ impl CsiError {
                 | C::Capability(_)
                 | C::ContentSource
                 | C::MissingSnapshotId
+                | C::SourceForOwnPool
                 | C::SnapshotElsewhere { .. }
                 | C::MutableParameters(_)
                 | C::PoolRequired { .. } => Code::InvalidArgument,
-                C::Params(ParamError::PoolProvisioning) => Code::Unimplemented,
                 C::Params(_) => Code::InvalidArgument,
                 C::Capacity(_) => Code::OutOfRange,
                 C::SnapshotNotFound(_) => Code::NotFound,

@@ -85,9 +85,9 @@ fn table() -> Vec<(CsiError, Code, &'static str)> {
             "chunkSize",
         ),
         (
-            C::Params(ParamError::PoolProvisioning).into(),
-            Code::Unimplemented,
-            "provisioning=pool",
+            C::SourceForOwnPool.into(),
+            Code::InvalidArgument,
+            "provisioning=container",
         ),
         (
             C::Capacity(CapacityError::Negative {

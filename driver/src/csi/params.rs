@@ -134,11 +134,6 @@ pub enum ParamError {
         value: String,
         reason: String,
     },
-    /// `provisioning: pool`, which is not built yet.
-    #[error(
-        "StorageClass parameter provisioning=pool (a DAOS pool per volume) is not implemented yet; use provisioning=container (the default), a container per volume in a shared pool"
-    )]
-    PoolProvisioning,
 }
 
 fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ParamError {
@@ -184,7 +179,14 @@ pub fn parse(params: &HashMap<String, String>) -> Result<VolumeParams, ParamErro
     }
     match get(PROVISIONING) {
         None | Some("container") => {}
-        Some("pool") => return Err(ParamError::PoolProvisioning),
+        Some("pool") if out.pool.is_some() => {
+            return Err(invalid(
+                PROVISIONING,
+                "pool",
+                "a volume with a pool of its own goes in no shared pool: remove the parameter pool",
+            ));
+        }
+        Some("pool") => out.provisioning = Provisioning::Pool,
         Some(v) => return Err(invalid(PROVISIONING, v, "use container or pool")),
     }
     for (key, slot) in [
@@ -398,11 +400,23 @@ mod tests {
     }
 
     #[test]
-    fn pool_provisioning_is_not_built() {
+    fn pool_provisioning_names_no_pool() {
+        let p = parse(&map(&[(PROVISIONING, "pool")])).unwrap();
+        assert_eq!(p.provisioning, Provisioning::Pool);
+        assert_eq!(p.pool, None);
         assert_eq!(
-            parse(&map(&[(PROVISIONING, "pool")])),
-            Err(ParamError::PoolProvisioning)
+            parse(&map(&[(PROVISIONING, "container")]))
+                .unwrap()
+                .provisioning,
+            Provisioning::Container
         );
+        match parse(&map(&[(PROVISIONING, "pool"), (POOL, "fast")])) {
+            Err(ParamError::Invalid { key, reason, .. }) => {
+                assert_eq!(key, PROVISIONING);
+                assert!(reason.contains("remove the parameter pool"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

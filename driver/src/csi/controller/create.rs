@@ -105,24 +105,16 @@ impl ControllerService {
         check_topology(req.accessibility_requirements.as_ref(), &system)?;
         let clients = self.dir.system(&system).await?;
         let tenant = self.dir.tenant(params.pvc_namespace.as_deref()).await?;
-        let pool_name = match (&params.pool, tenant.allowed_pools.as_slice()) {
-            (Some(p), _) => p.clone(),
-            (None, [only]) => only.clone(),
-            (None, allowed) => {
-                return Err(CreateVolumeError::PoolRequired {
-                    tenant: tenant.name.clone(),
-                    allowed: allowed.to_vec(),
-                });
+        let pool = match params.provisioning {
+            Provisioning::Container => self.shared_pool(&system, &params, &tenant).await?,
+            Provisioning::Pool if source.is_some() => {
+                return Err(CreateVolumeError::SourceForOwnPool);
             }
+            Provisioning::Pool => PoolRef {
+                name: label::label_for(&req.name),
+                uuid: dedicated::pool_uuid(&system, &req.name),
+            },
         };
-        if !tenant.allowed_pools.contains(&pool_name) {
-            return Err(CreateVolumeError::PoolNotAllowed {
-                tenant: tenant.name.clone(),
-                pool: pool_name,
-                allowed: tenant.allowed_pools.clone(),
-            });
-        }
-        let pool = self.dir.pool(&system, &pool_name).await?;
         let record = RequestRecord {
             system: system.clone(),
             pool: pool.name.clone(),
@@ -154,7 +146,46 @@ impl ControllerService {
         self.provision(&plan).await
     }
 
+    /// The shared pool of a container-per-volume request: the one named, or the tenant's
+    /// only one; the tenant must be allowed in it.
+    async fn shared_pool(
+        &self,
+        system: &str,
+        params: &VolumeParams,
+        tenant: &Tenant,
+    ) -> Result<PoolRef, CreateVolumeError> {
+        let pool_name = match (&params.pool, tenant.allowed_pools.as_slice()) {
+            (Some(p), _) => p.clone(),
+            (None, [only]) => only.clone(),
+            (None, allowed) => {
+                return Err(CreateVolumeError::PoolRequired {
+                    tenant: tenant.name.clone(),
+                    allowed: allowed.to_vec(),
+                });
+            }
+        };
+        if !tenant.allowed_pools.contains(&pool_name) {
+            return Err(CreateVolumeError::PoolNotAllowed {
+                tenant: tenant.name.clone(),
+                pool: pool_name,
+                allowed: tenant.allowed_pools.clone(),
+            });
+        }
+        Ok(self.dir.pool(system, &pool_name).await?)
+    }
+
     async fn provision(&self, plan: &Plan) -> Result<Volume, CreateVolumeError> {
+        if plan.params.provisioning == Provisioning::Pool {
+            let spec = dedicated::pool_spec(
+                &plan.label,
+                plan.pool.uuid,
+                plan.capacity.bytes,
+                &plan.tenant.principal,
+            );
+            dedicated::ensure_pool(&plan.clients, &spec)
+                .await
+                .map_err(plan.daos("creating the volume's own pool"))?;
+        }
         let pool_info = match plan.clients.mgmt.pool_query(&plan.pool_id()).await {
             Ok(info) => info,
             Err(DaosError::NotFound { .. }) => {
@@ -272,8 +303,23 @@ impl ControllerService {
         Ok(self.volume(plan, &id, quota, &info.label))
     }
 
-    /// Refuses a name that already has a volume in another pool the tenant may use.
+    /// Refuses a name that already has a volume in another pool the tenant may use, or in a
+    /// pool of its own when this request asks for a shared one.
     async fn check_other_pools(&self, plan: &Plan) -> Result<(), CreateVolumeError> {
+        if plan.params.provisioning == Provisioning::Container {
+            let own = dedicated::pool_uuid(&plan.record.system, &plan.name).to_string();
+            match plan.clients.mgmt.pool_query(&own).await {
+                Ok(_) => {
+                    return Err(CreateVolumeError::InOtherPool {
+                        name: plan.name.clone(),
+                        pool: plan.label.clone(),
+                        requested: plan.pool.name.clone(),
+                    });
+                }
+                Err(DaosError::NotFound { .. }) => {}
+                Err(e) => return Err(plan.daos("looking for a pool of the volume's own")(e)),
+            }
+        }
         for other in &plan.tenant.allowed_pools {
             if *other == plan.pool.name {
                 continue;

@@ -58,7 +58,13 @@ impl ControllerService {
     ) -> Result<ListVolumesResponse, InventoryError> {
         let system = self.dir.default_system().await?;
         let clients = self.dir.system(&system).await?;
-        let pools = self.dir.pools(&system).await?;
+        let mut pools = self.dir.pools(&system).await?;
+        pools.extend(super::dedicated::pools(&clients).await.map_err(|source| {
+            InventoryError::Daos {
+                step: "listing the volumes' own pools".into(),
+                source,
+            }
+        })?);
         let volumes = listed_volumes(&clients, &system, &pools)
             .await
             .map_err(|(step, source)| InventoryError::Daos { step, source })?;
@@ -142,7 +148,10 @@ impl ControllerService {
             .volume_capabilities
             .iter()
             .any(|c| check_capability(c).is_err());
-        if elsewhere || unsupported {
+        // A volume with a pool of its own takes the system's unallocated space, which the
+        // management calls the driver makes do not report (docs/csi.md, GetCapacity).
+        let own_pool = params.provisioning == Provisioning::Pool;
+        if elsewhere || unsupported || own_pool {
             return Ok(GetCapacityResponse::default());
         }
         let clients = self.dir.system(&system).await?;

@@ -3,7 +3,8 @@
 use super::*;
 
 impl ControllerService {
-    /// DeleteVolume: destroys the container of a volume of ours; unknown ids are OK.
+    /// DeleteVolume: destroys the container of a volume of ours (and the volume's own pool,
+    /// for `provisioning: pool`); unknown ids are OK.
     pub async fn delete(&self, req: DeleteVolumeRequest) -> Result<(), DeleteVolumeError> {
         let id = match VolumeId::parse(&req.volume_id) {
             Ok(id) => id,
@@ -51,8 +52,8 @@ impl ControllerService {
             tracing::info!(volume_id = %id, snapshots = snapshots.len(), "volume hidden; its container goes with its last snapshot");
             return Ok(());
         }
-        match clients.containers.destroy(&pool, &cont, false).await {
-            Ok(()) | Err(DaosError::NotFound { .. }) => {
+        match dedicated::destroy_volume(&clients, &pool, &cont, &info.label).await {
+            Ok(()) => {
                 tracing::info!(volume_id = %id, "volume deleted");
                 Ok(())
             }

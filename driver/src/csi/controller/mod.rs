@@ -1,4 +1,5 @@
-//! The Controller service: a DAOS container per volume, in a pool the tenant may use.
+//! The Controller service: a DAOS container per volume, in a pool the tenant may use or in
+//! a pool of the volume's own (`provisioning: pool`, [`dedicated`]).
 //!
 //! **CreateVolume** is idempotent by name without any state of its own: the container's
 //! label is a digest of the CSI name ([`label`]), so a retry, from this controller or
@@ -25,7 +26,7 @@ use crate::csi::label::{
     self, NAME_ATTR, PV_NAME_ATTR, PVC_NAME_ATTR, PVC_NAMESPACE_ATTR, REQUEST_ATTR,
 };
 use crate::csi::locks::VolumeLocks;
-use crate::csi::params::{self, ContainerProperties, VolumeParams};
+use crate::csi::params::{self, ContainerProperties, Provisioning, VolumeParams};
 use crate::csi::volume_id::{VolumeId, VolumeIdError};
 use dpufs_daos::{ContainerInfo, ContainerSpec, DaosError};
 use dpufs_proto::csi::v1::{
@@ -96,6 +97,7 @@ pub struct RequestRecord {
 
 mod checks;
 mod create;
+mod dedicated;
 mod inventory;
 mod lifecycle;
 mod snapshots;

@@ -102,9 +102,11 @@ impl ControllerService {
             Err(e) => return Err(daos_err(format!("deleting snapshot {id}"))(e)),
         };
         if left.is_empty() && hidden(&clients, &pool, &cont).await {
-            match clients.containers.destroy(&pool, &cont, false).await {
-                Ok(()) | Err(DaosError::NotFound { .. }) => {}
-                Err(e) => return Err(daos_err(format!("deleting volume {}", id.volume))(e)),
+            let deleting = || daos_err(format!("deleting volume {}", id.volume));
+            if let Some(info) = find(&clients, &pool, &cont).await.map_err(deleting())? {
+                super::dedicated::destroy_volume(&clients, &pool, &cont, &info.label)
+                    .await
+                    .map_err(deleting())?;
             }
             tracing::info!(volume_id = %id.volume, "the deleted volume's last snapshot is gone: container destroyed");
         }
@@ -156,7 +158,13 @@ impl ControllerService {
         }
         let system = self.dir.default_system().await?;
         let clients = self.dir.system(&system).await?;
-        let pools = self.dir.pools(&system).await?;
+        let mut pools = self.dir.pools(&system).await?;
+        pools.extend(super::dedicated::pools(&clients).await.map_err(|source| {
+            SnapshotError::Daos {
+                step: "listing the volumes' own pools".into(),
+                source,
+            }
+        })?);
         let volumes = super::inventory::listed_volumes(&clients, &system, &pools)
             .await
             .map_err(|(step, source)| SnapshotError::Daos { step, source })?;
