@@ -257,7 +257,9 @@ async fn data_survives_restage(cx: Ctx) -> Check {
         staging,
         target,
     } = published(&cx, "restage", Mode::SingleNodeWriter).await?;
-    let staging = staging.expect("staged");
+    let Some(staging) = staging else {
+        fail!("the node stages, but the volume was published without a staging path");
+    };
     let data = format!("kept across stages {}", cx.run_id);
     write_and_read(&target, "kept.txt", data.as_bytes()).await?;
     unpublish(&cx, &volume.volume_id, &target).await?;

@@ -306,7 +306,7 @@ pub fn socket_path(endpoint: &str) -> Result<PathBuf, String> {
         Some(rest) => rest,
         None => endpoint.strip_prefix("unix:").unwrap_or(endpoint),
     };
-    if path.is_empty() || endpoint.contains("://") && !endpoint.starts_with("unix://") {
+    if path.is_empty() || (endpoint.contains("://") && !endpoint.starts_with("unix://")) {
         return Err(format!(
             "{endpoint:?} is not a unix socket endpoint (CSI allows only unix sockets)"
         ));

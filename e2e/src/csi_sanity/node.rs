@@ -386,9 +386,7 @@ async fn stats(
     volume: &str,
     path: &str,
 ) -> Result<tonic::Response<csi::NodeGetVolumeStatsResponse>, tonic::Status> {
-    cx.node
-        .clone()
-        .expect("a node endpoint")
+    cx.node_or_status()?
         .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
             volume_id: volume.to_string(),
             volume_path: path.to_string(),

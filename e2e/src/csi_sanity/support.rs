@@ -183,6 +183,13 @@ impl Ctx {
         }
     }
 
+    /// The Node client, or the status a call without a node endpoint gets.
+    pub(crate) fn node_or_status(&self) -> Result<NodeClient<Channel>, Status> {
+        self.node
+            .clone()
+            .ok_or_else(|| Status::failed_precondition("csi_sanity: no node endpoint"))
+    }
+
     pub(crate) fn has_node(&self, cap: NodeCap) -> bool {
         self.node.is_some() && self.caps.node.contains(&(cap as i32))
     }
@@ -346,7 +353,7 @@ impl Ctx {
         staging: &Path,
         mode: Mode,
     ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
-        let node = self.node.clone().expect("a node endpoint");
+        let node = self.node_or_status()?;
         let staging = staging.display().to_string();
         let answer = node
             .clone()
@@ -377,7 +384,7 @@ impl Ctx {
         mode: Mode,
         readonly: bool,
     ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
-        let node = self.node.clone().expect("a node endpoint");
+        let node = self.node_or_status()?;
         let target = target.display().to_string();
         let answer = node
             .clone()
