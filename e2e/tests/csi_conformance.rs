@@ -45,11 +45,7 @@ fn tail(text: &str, lines: usize) -> String {
 
 /// Cases the dpufs driver fails today, each for a gap docs/csi.md records. Each must fail
 /// (the test says so when one passes, to take it off this list); every other case must pass.
-const KNOWN_GAPS: &[(&str, &str)] = &[(
-    "CreateSnapshot: the same name with another source is ALREADY_EXISTS",
-    "snapshot names are unique per source volume, not across volumes (docs/csi.md, Snapshots: \
-     Not yet); the fix needs an ALREADY_EXISTS snapshot error in driver/src/csi/error.rs",
-)];
+const KNOWN_GAPS: &[(&str, &str)] = &[];
 
 #[tokio::test(flavor = "multi_thread")]
 async fn csi_sanity_against_dpufs() {

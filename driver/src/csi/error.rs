@@ -223,6 +223,8 @@ pub enum SnapshotError {
     UnknownParameters(Vec<String>),
     #[error("volume {0} does not exist")]
     SourceNotFound(String),
+    #[error("snapshot name {name:?} is taken by a snapshot of another volume, {volume}")]
+    NameTaken { name: String, volume: String },
     #[error("starting token {0:?} is not one this driver gave")]
     BadToken(String),
     #[error("{0}")]
@@ -498,6 +500,7 @@ fn snapshot_code(e: &SnapshotError) -> Code {
         | S::UnknownParameters(_)
         | S::MalformedId(_) => Code::InvalidArgument,
         S::SourceNotFound(_) => Code::NotFound,
+        S::NameTaken { .. } => Code::AlreadyExists,
         S::BadToken(_) | S::Busy(_) => Code::Aborted,
         S::Directory(d) => directory_code(d),
         S::Daos {

@@ -480,6 +480,15 @@ fn node_table() -> Vec<(CsiError, Code, &'static str)> {
             "does not exist",
         ),
         (
+            SnapshotError::NameTaken {
+                name: "snap-1".into(),
+                volume: "v1/x".into(),
+            }
+            .into(),
+            Code::AlreadyExists,
+            "another volume, v1/x",
+        ),
+        (
             SnapshotError::MalformedId(VolumeIdError::Malformed {
                 id: "v1/x".into(),
                 reason: "r".into(),

@@ -70,11 +70,19 @@ impl ControllerService {
             .map_err(daos_err(format!("listing the snapshots of {source}")))?;
         let snap = match existing.into_iter().find(|s| s.name == name) {
             Some(s) => s,
-            None => clients
-                .containers
-                .snapshot_create(&pool, &cont, &name)
-                .await
-                .map_err(daos_err(format!("snapshotting volume {source}")))?,
+            None => {
+                if let Some(other) = self.name_taken_elsewhere(&source, &clients, &name).await? {
+                    return Err(SnapshotError::NameTaken {
+                        name: req.name,
+                        volume: other.to_string(),
+                    });
+                }
+                clients
+                    .containers
+                    .snapshot_create(&pool, &cont, &name)
+                    .await
+                    .map_err(daos_err(format!("snapshotting volume {source}")))?
+            }
         };
         tracing::info!(source = %source, epoch = snap.epoch, "snapshot ready");
         Ok(entry(&source, &snap, quota_of(&info).unwrap_or(0)))
@@ -157,22 +165,50 @@ impl ControllerService {
             return self.volume_snapshots(&volume).await;
         }
         let system = self.dir.default_system().await?;
-        let clients = self.dir.system(&system).await?;
-        let mut pools = self.dir.pools(&system).await?;
+        let mut out = vec![];
+        for volume in self.all_volumes(&system).await? {
+            out.extend(self.volume_snapshots(&volume).await?);
+        }
+        Ok(out)
+    }
+
+    /// Every volume of the driver in `system`: in the directory's pools and in pools of
+    /// their own.
+    async fn all_volumes(&self, system: &str) -> Result<Vec<VolumeId>, SnapshotError> {
+        let clients = self.dir.system(system).await?;
+        let mut pools = self.dir.pools(system).await?;
         pools.extend(super::dedicated::pools(&clients).await.map_err(|source| {
             SnapshotError::Daos {
                 step: "listing the volumes' own pools".into(),
                 source,
             }
         })?);
-        let volumes = super::inventory::listed_volumes(&clients, &system, &pools)
+        let volumes = super::inventory::listed_volumes(&clients, system, &pools)
             .await
             .map_err(|(step, source)| SnapshotError::Daos { step, source })?;
-        let mut out = vec![];
-        for (volume, _) in volumes {
-            out.extend(self.volume_snapshots(&volume).await?);
+        Ok(volumes.into_iter().map(|(id, _)| id).collect())
+    }
+
+    /// The volume other than `source` that has a snapshot named `name` (a digest label):
+    /// CSI snapshot names are unique in the driver, not per volume.
+    async fn name_taken_elsewhere(
+        &self,
+        source: &VolumeId,
+        clients: &SystemClients,
+        name: &str,
+    ) -> Result<Option<VolumeId>, SnapshotError> {
+        for volume in self.all_volumes(&source.system).await? {
+            if volume == *source {
+                continue;
+            }
+            let (pool, cont) = (volume.pool.to_string(), volume.container.to_string());
+            match clients.containers.snapshot_list(&pool, &cont).await {
+                Ok(snaps) if snaps.iter().any(|s| s.name == name) => return Ok(Some(volume)),
+                Ok(_) | Err(DaosError::NotFound { .. }) => {}
+                Err(e) => return Err(daos_err(format!("listing the snapshots of {volume}"))(e)),
+            }
         }
-        Ok(out)
+        Ok(None)
     }
 
     /// The snapshots of one volume; none when it does not exist.
