@@ -315,7 +315,11 @@ pub enum StageError {
 pub enum PublishError {
     #[error("{0} needs a volume id")]
     MissingId(&'static str),
-    #[error("NodePublishVolume needs a staging target path")]
+    /// CSI: with STAGE_UNSTAGE_VOLUME, a publish without a staging path is "stage not
+    /// performed" — FAILED_PRECONDITION, the CO must stage first.
+    #[error(
+        "NodePublishVolume needs the staging target path of NodeStageVolume: this node stages volumes before it publishes them"
+    )]
     MissingStagingPath,
     #[error("{0} needs a target path")]
     MissingTargetPath(&'static str),
@@ -541,7 +545,6 @@ fn publish_code(e: &PublishError) -> Code {
     use PublishError as P;
     match e {
         P::MissingId(_)
-        | P::MissingStagingPath
         | P::MissingTargetPath(_)
         | P::MissingCapability
         | P::Path(_)
@@ -549,6 +552,7 @@ fn publish_code(e: &PublishError) -> Code {
         P::MalformedId(VolumeIdError::Foreign(_)) | P::NotFound(_) => Code::NotFound,
         P::MalformedId(_) => Code::InvalidArgument,
         P::NotStaged { .. }
+        | P::MissingStagingPath
         | P::TargetInUse { .. }
         | P::NotOurMount { .. }
         | P::SingleWriterInUse { .. } => Code::FailedPrecondition,

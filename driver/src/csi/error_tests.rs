@@ -645,6 +645,11 @@ fn node_table() -> Vec<(CsiError, Code, &'static str)> {
             "/t",
         ),
         (
+            P::MissingStagingPath.into(),
+            Code::FailedPrecondition,
+            "NodeStageVolume",
+        ),
+        (
             P::SingleWriterInUse {
                 id: id(),
                 other: "/pods/a/mount".into(),

@@ -19,9 +19,6 @@ use std::path::Path;
 /// `podInfoOnMount: true`).
 pub const POD_NAMESPACE: &str = "csi.storage.k8s.io/pod.namespace";
 
-/// What a publish without a staging path names as its staging path.
-const NO_STAGING_PATH: &str = "(no staging_target_path in the request)";
-
 fn node_err(step: &str) -> impl FnOnce(std::io::Error) -> PublishError + '_ {
     move |e| PublishError::Node {
         step: step.to_string(),
@@ -45,9 +42,7 @@ impl NodeService {
             .ok_or(PublishError::MissingCapability)?;
         check_capability(cap)?;
         if req.staging_target_path.is_empty() {
-            // CSI: with STAGE_UNSTAGE_VOLUME, a publish without a staging path is "stage not
-            // performed", FAILED_PRECONDITION: the CO must stage first.
-            return Err(not_staged(&req.volume_id, Path::new(NO_STAGING_PATH)));
+            return Err(PublishError::MissingStagingPath);
         }
         let staging = self.node_path("staging target path", &req.staging_target_path)?;
         let target = self.node_path("target path", &req.target_path)?;
