@@ -661,6 +661,42 @@ fn a_killed_worker_is_replaced_and_down_cleans_up_after_killed_parents() {
     assert!(!alive(successor));
 }
 
+/// Any CSI client can use the stack's sockets: our csi-sanity-style suite
+/// (`dpufs_e2e::csi_sanity`) passes against `up`'s controller and node plugins, as a client
+/// that sends no Kubernetes metadata (the default tenant, StorageClass parameter
+/// `pool: default`).
+#[test]
+fn the_conformance_suite_passes_against_the_stacks_csi_sockets() {
+    if !is_root() {
+        eprintln!(
+            "!!!!! the_conformance_suite_passes_against_the_stacks_csi_sockets SKIPPED: needs root and /dev/fuse"
+        );
+        return;
+    }
+    dpufs_e2e::binary("dpufs-engine", "dpufs-engine");
+    dpufs_e2e::binary("dpufs-csi", "dpufs-csi");
+    let cwd = tempfile::tempdir().unwrap();
+    let up = Up::start(cwd.path());
+    up.until("Ctrl-C stops the stack");
+    let csi = cwd.path().join(".dpufs/csi");
+    let mut config = dpufs_e2e::csi_sanity::Config::new(
+        format!("unix://{}", csi.join("controller.sock").display()),
+        Some(format!("unix://{}", csi.join("node.sock").display())),
+        cwd.path().join("sanity/mount"),
+        cwd.path().join("sanity/staging"),
+    );
+    config.volume_parameters = [("pool".to_string(), "default".to_string())].into();
+    config.volume_size = 64 << 20;
+    config.expand_size = 128 << 20;
+    let report = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(dpufs_e2e::csi_sanity::run(config));
+    eprintln!("{report}");
+    let failed: Vec<_> = report.failed().map(|c| c.name.clone()).collect();
+    assert!(failed.is_empty(), "{}: {failed:#?}", report.summary());
+    assert!(report.passed().count() >= 80, "{}", report.summary());
+}
+
 fn pid_of(status: &serde_json::Value, part: &str) -> u32 {
     status[part]["pid"]
         .as_u64()

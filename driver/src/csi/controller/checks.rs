@@ -36,6 +36,16 @@ impl Capacity {
         })
     }
 
+    /// A volume whose request names no size gets the default, but no more than its pool's
+    /// data tier holds: a default that cannot fit is not the request's fault.
+    pub fn fit_default(&mut self, pool_bytes: Option<u64>) {
+        if self.required == 0
+            && let Some(pool) = pool_bytes
+        {
+            self.bytes = self.bytes.min(pool);
+        }
+    }
+
     /// Whether a volume of `bytes` satisfies the range.
     pub fn fits(&self, bytes: u64) -> bool {
         bytes >= self.required && (self.limit == 0 || bytes <= self.limit)

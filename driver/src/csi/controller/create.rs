@@ -143,7 +143,7 @@ impl ControllerService {
             pool,
             record,
         };
-        self.provision(&plan).await
+        self.provision(plan).await
     }
 
     /// The shared pool of a container-per-volume request: the one named, or the tenant's
@@ -174,7 +174,7 @@ impl ControllerService {
         Ok(self.dir.pool(system, &pool_name).await?)
     }
 
-    async fn provision(&self, plan: &Plan) -> Result<Volume, CreateVolumeError> {
+    async fn provision(&self, mut plan: Plan) -> Result<Volume, CreateVolumeError> {
         if plan.params.provisioning == Provisioning::Pool {
             let spec = dedicated::pool_spec(
                 &plan.label,
@@ -198,6 +198,8 @@ impl ControllerService {
             Err(e) => return Err(plan.daos("querying the pool")(e)),
         };
         let pool_bytes = pool_data_bytes(&pool_info);
+        plan.capacity.fit_default(pool_bytes);
+        let plan = &plan;
         let fits_pool = |bytes: u64| match pool_bytes {
             Some(p) if bytes > p => Err(CapacityError::ExceedsPool {
                 pool: plan.pool.name.clone(),

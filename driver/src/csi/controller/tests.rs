@@ -47,6 +47,16 @@ fn capacity_ranges() {
     assert!(c.fits(10) && c.fits(20) && !c.fits(9) && !c.fits(21));
     let c = Capacity::of(Some(&range(10, 0))).unwrap();
     assert!(c.fits(10) && c.fits(u64::MAX) && !c.fits(9));
+    // The default shrinks to a smaller pool; a size the request names does not.
+    let mut c = Capacity::of(None).unwrap();
+    c.fit_default(Some(512 << 20));
+    assert_eq!(c.bytes, 512 << 20);
+    let mut c = Capacity::of(None).unwrap();
+    c.fit_default(None);
+    assert_eq!(c.bytes, DEFAULT_CAPACITY);
+    let mut c = Capacity::of(Some(&range(2 << 30, 0))).unwrap();
+    c.fit_default(Some(512 << 20));
+    assert_eq!(c.bytes, 2 << 30);
 }
 
 #[test]
