@@ -168,14 +168,7 @@ async fn stage_publish_two_pods_fio_stats_and_everything_goes_away() {
         !Path::new(&format!("/proc/{worker}")).exists()
     });
 
-    bed.ctl
-        .clone()
-        .delete_volume(csi::DeleteVolumeRequest {
-            volume_id: id.into(),
-            ..Default::default()
-        })
-        .await
-        .expect("DeleteVolume");
+    bed.delete(id).await;
     let admin = EngineContainers::new(&bed.vol.engine.client());
     let left = admin.list(&bed.vol.pool).await.unwrap();
     assert!(

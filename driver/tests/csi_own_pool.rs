@@ -38,17 +38,6 @@ async fn create(bed: &Bed, req: CreateVolumeRequest) -> Result<csi::Volume, toni
     Ok(r.into_inner().volume.expect("a volume"))
 }
 
-async fn delete(bed: &Bed, id: &str) {
-    bed.ctl
-        .clone()
-        .delete_volume(csi::DeleteVolumeRequest {
-            volume_id: id.into(),
-            ..Default::default()
-        })
-        .await
-        .expect("DeleteVolume");
-}
-
 /// The labels of the engine's pools.
 async fn pool_labels(bed: &Bed) -> Vec<String> {
     let pools = bed.vol.engine.client().list_pools().await.expect("pools");
@@ -131,7 +120,7 @@ async fn a_volume_with_a_pool_of_its_own_is_sized_enforced_listed_and_destroyed_
         "{}",
         refused.message()
     );
-    delete(&bed, &vol.volume_id).await;
+    bed.delete(&vol.volume_id).await;
     assert!(pool_labels(&bed).await.contains(&label_for("pvc-own")));
     bed.ctl
         .clone()
@@ -148,7 +137,7 @@ async fn a_volume_with_a_pool_of_its_own_is_sized_enforced_listed_and_destroyed_
         .await
         .unwrap();
     assert!(pool_labels(&bed).await.contains(&label_for("pvc-own-2")));
-    delete(&bed, &other.volume_id).await;
-    delete(&bed, &other.volume_id).await;
+    bed.delete(&other.volume_id).await;
+    bed.delete(&other.volume_id).await;
     assert_eq!(pool_labels(&bed).await, vec!["tank".to_string()]);
 }

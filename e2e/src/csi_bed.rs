@@ -257,6 +257,18 @@ impl Bed {
             .expect("a volume")
     }
 
+    /// DeleteVolume, which must succeed.
+    pub async fn delete(&self, id: &str) {
+        self.ctl
+            .clone()
+            .delete_volume(csi::DeleteVolumeRequest {
+                volume_id: id.into(),
+                ..Default::default()
+            })
+            .await
+            .expect("DeleteVolume");
+    }
+
     pub async fn snapshot(&self, name: &str, source: &str) -> csi::Snapshot {
         self.ctl
             .clone()
