@@ -447,11 +447,16 @@ async fn bad_requests_get_their_codes_and_create_nothing() {
     block.volume_capabilities[0].access_type = Some(AccessType::Block(BlockVolume {}));
     let err = bed.create(block).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
+    // A pool of its own names no shared pool.
     let err = bed
-        .create(request("pvc-x", GIB, &[("provisioning", "pool")]))
+        .create(request(
+            "pvc-x",
+            GIB,
+            &[("provisioning", "pool"), ("pool", "fast")],
+        ))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Code::Unimplemented);
+    assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
     // rd_fac 2 needs three fault domains; the engine has one rank: DAOS refuses.
     let err = bed
         .create(request("pvc-x", GIB, &[("redundancyFactor", "2")]))
