@@ -1,6 +1,7 @@
 //! The operator's one error type and its mapping to condition reasons.
 
 use dpufs_daos::DaosError;
+use dpufs_kube::SystemClientError;
 use dpufs_proto::daos::fault::FaultCode;
 
 /// What a reconcile can fail with.
@@ -12,27 +13,10 @@ pub enum Error {
     /// `spec.systemRef` names no DaosSystem.
     #[error("DaosSystem {0:?} not found")]
     SystemNotFound(String),
-    /// The DaosSystem's TLS Secret does not exist.
-    #[error("DaosSystem {system:?}: TLS Secret {secret} not found")]
-    SecretMissing { system: String, secret: String },
-    /// The TLS Secret exists but its contents are unusable (a key missing,
-    /// a certificate that does not parse, a key that does not match).
-    #[error("DaosSystem {system:?}: TLS Secret {secret}: {message}")]
-    SecretInvalid {
-        system: String,
-        secret: String,
-        message: String,
-    },
-    /// The DaosSystem exists but dpufs cannot build a client from it
-    /// (bad endpoints, unwritable TLS directory...).
-    #[error("DaosSystem {system:?}: {message}")]
-    SystemConfig { system: String, message: String },
-    /// `spec.version` is not a version dpufs speaks (the DAOS 2.8 wire).
-    #[error(
-        "DaosSystem {system:?}: version {version} is incompatible: dpufs speaks the DAOS {} management API",
-        dpufs_proto::daos::WIRE_VERSION
-    )]
-    VersionUnsupported { system: String, version: String },
+    /// No client can be built from the DaosSystem (its TLS Secret, its
+    /// endpoints, its version); the text is the shared client builder's.
+    #[error("{0}")]
+    System(SystemClientError),
     /// DAOS failed the call; the text is DAOS's own.
     #[error("{0}")]
     Daos(#[from] DaosError),
@@ -54,10 +38,8 @@ impl Error {
         match self {
             Error::Kube(_) => "KubernetesError",
             Error::SystemNotFound(_) => "SystemNotFound",
-            Error::SecretMissing { .. }
-            | Error::SecretInvalid { .. }
-            | Error::SystemConfig { .. } => "SystemConfigInvalid",
-            Error::VersionUnsupported { .. } => "DaosIncompatible",
+            Error::System(SystemClientError::VersionUnsupported { .. }) => "DaosIncompatible",
+            Error::System(_) => "SystemConfigInvalid",
             Error::Daos(e) => match e {
                 DaosError::Unreachable { .. } | DaosError::Timeout(..) => "DaosUnavailable",
                 DaosError::NoSpace { .. } => "DaosNoSpace",
@@ -79,10 +61,13 @@ impl Error {
         match self {
             Error::Kube(_) | Error::MissingUid => "KubernetesError",
             Error::SystemNotFound(_) => "SystemNotFound",
-            Error::SecretMissing { .. } => "SecretMissing",
-            Error::SecretInvalid { .. } => "SecretInvalid",
-            Error::SystemConfig { .. } => "ConfigInvalid",
-            Error::VersionUnsupported { .. } => "VersionIncompatible",
+            Error::System(e) => match e {
+                SystemClientError::SecretMissing { .. } => "SecretMissing",
+                SystemClientError::SecretInvalid { .. } => "SecretInvalid",
+                SystemClientError::VersionUnsupported { .. } => "VersionIncompatible",
+                // Kube and Daos never stay wrapped (`From<SystemClientError>`).
+                _ => "ConfigInvalid",
+            },
             Error::Daos(e) if e.is_tls_rejection() => "TlsRejected",
             Error::Daos(e) => match e {
                 DaosError::Unreachable { .. } | DaosError::Timeout(..) => "Unreachable",
@@ -115,6 +100,18 @@ impl Error {
     }
 }
 
+/// A Kubernetes or DAOS failure met while building a client is that failure,
+/// with its own reasons; the rest are the DaosSystem's.
+impl From<SystemClientError> for Error {
+    fn from(e: SystemClientError) -> Error {
+        match e {
+            SystemClientError::Kube(e) => Error::Kube(e),
+            SystemClientError::Daos(e) => Error::Daos(e),
+            other => Error::System(other),
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
@@ -127,10 +124,10 @@ mod tests {
         let cases = [
             (Error::SystemNotFound("s".into()), "SystemNotFound"),
             (
-                Error::SystemConfig {
+                Error::System(SystemClientError::Config {
                     system: "s".into(),
                     message: "m".into(),
-                },
+                }),
                 "SystemConfigInvalid",
             ),
             (
@@ -179,10 +176,10 @@ mod tests {
         for (err, reason) in cases {
             assert_eq!(err.reason(), reason, "{err}");
         }
-        let secret = Error::SecretMissing {
+        let secret = Error::System(SystemClientError::SecretMissing {
             system: "s".into(),
             secret: "ns/n".into(),
-        };
+        });
         assert_eq!(
             secret.reason(),
             "SystemConfigInvalid",
@@ -240,32 +237,32 @@ mod tests {
                 "VersionIncompatible",
             ),
             (
-                Error::VersionUnsupported {
+                Error::System(SystemClientError::VersionUnsupported {
                     system: "s".into(),
                     version: "2.6.0".into(),
-                },
+                }),
                 "VersionIncompatible",
             ),
             (
-                Error::SecretMissing {
+                Error::System(SystemClientError::SecretMissing {
                     system: "s".into(),
                     secret: "ns/n".into(),
-                },
+                }),
                 "SecretMissing",
             ),
             (
-                Error::SecretInvalid {
+                Error::System(SystemClientError::SecretInvalid {
                     system: "s".into(),
                     secret: "ns/n".into(),
                     message: "lacks key admin.key".into(),
-                },
+                }),
                 "SecretInvalid",
             ),
             (
-                Error::SystemConfig {
+                Error::System(SystemClientError::Config {
                     system: "s".into(),
                     message: "m".into(),
-                },
+                }),
                 "ConfigInvalid",
             ),
             (

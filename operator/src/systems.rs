@@ -6,7 +6,7 @@
 
 use crate::error::{Error, Result};
 use dpufs_api::DaosSystem;
-use dpufs_kube::{SystemClientCache, SystemClientError};
+use dpufs_kube::SystemClientCache;
 use kube::{Api, Client};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -54,36 +54,10 @@ impl SystemClients {
     }
 }
 
-impl From<SystemClientError> for Error {
-    fn from(e: SystemClientError) -> Error {
-        match e {
-            SystemClientError::Kube(e) => Error::Kube(e),
-            SystemClientError::SecretMissing { system, secret } => {
-                Error::SecretMissing { system, secret }
-            }
-            SystemClientError::SecretInvalid {
-                system,
-                secret,
-                message,
-            } => Error::SecretInvalid {
-                system,
-                secret,
-                message,
-            },
-            SystemClientError::Config { system, message } => {
-                Error::SystemConfig { system, message }
-            }
-            SystemClientError::VersionUnsupported { system, version } => {
-                Error::VersionUnsupported { system, version }
-            }
-            SystemClientError::Daos(e) => Error::Daos(e),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dpufs_kube::SystemClientError;
 
     #[test]
     fn versions_need_the_wire_major_minor() {
