@@ -8,6 +8,8 @@ pub mod load;
 
 use dpufs_csi::fuse as fusedev;
 use dpufs_csi::ipc::{fdpass, line};
+/// The waits and temporary directories of every real-process test (the CSI bed's).
+pub use dpufs_e2e::csi_bed::{DEADLINE, tempdir, wait_until};
 use dpufs_e2e::volume::EngineVolume;
 use serde_json::{Value, json};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -16,10 +18,6 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
-
-/// Upper bound for anything a test waits on (a safety net against hangs, not a timing
-/// assumption: everything normally happens in milliseconds).
-pub const DEADLINE: Duration = Duration::from_secs(60);
 
 /// Whether FUSE mounts can be made here (root and /dev/fuse). Tests skip otherwise.
 pub fn can_mount() -> bool {
@@ -102,23 +100,6 @@ pub fn write_and_verify(dir: &Path, job: &[&str]) {
 /// The worker binary built for these tests.
 pub fn worker_bin() -> &'static str {
     env!("CARGO_BIN_EXE_dpufs-csi")
-}
-
-/// A temporary directory under /tmp (a local file system, not tmpfs).
-pub fn tempdir(prefix: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in("/tmp")
-        .expect("tempdir")
-}
-
-/// Waits for `cond`, up to [`DEADLINE`].
-pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// Whether `mountpoint` is a FUSE mount right now.
