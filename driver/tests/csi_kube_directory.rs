@@ -606,21 +606,7 @@ impl TlsEngine {
 
 /// The Secret with the admin certificate, as an administrator creates it.
 async fn put_admin_secret(admin: &kube::Client, certs: &Path) {
-    let data: serde_json::Map<String, Value> = ["daosCA.crt", "admin.crt", "admin.key"]
-        .iter()
-        .map(|f| {
-            let bytes = std::fs::read(certs.join(f)).unwrap();
-            (
-                f.to_string(),
-                serde_json::to_value(k8s_openapi::ByteString(bytes)).unwrap(),
-            )
-        })
-        .collect();
-    let secret: Secret = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "daos-admin", "namespace": "dpufs-system"}, "data": data
-    }))
-    .unwrap();
+    let secret = dpufs_kube::testing::admin_secret("dpufs-system", "daos-admin", certs);
     Api::<Secret>::namespaced(admin.clone(), "dpufs-system")
         .create(&PostParams::default(), &secret)
         .await

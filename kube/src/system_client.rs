@@ -305,19 +305,7 @@ mod tests {
     async fn tls_system(fake: &crate::testing::FakeApiServer, certs: &Path) -> DaosSystem {
         use kube::api::PostParams;
         dpufs_daos::certs::generate(certs).unwrap();
-        let data: serde_json::Map<String, serde_json::Value> =
-            ["daosCA.crt", "admin.crt", "admin.key"]
-                .iter()
-                .map(|f| {
-                    let bytes = std::fs::read(certs.join(f)).unwrap();
-                    let encoded = k8s_openapi::ByteString(bytes);
-                    (f.to_string(), serde_json::to_value(encoded).unwrap())
-                })
-                .collect();
-        let secret: Secret = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "admin", "namespace": "ns"}, "data": data
-        }))
-        .unwrap();
+        let secret = crate::testing::admin_secret("ns", "admin", certs);
         Api::<Secret>::namespaced(fake.client(), "ns")
             .create(&PostParams::default(), &secret)
             .await

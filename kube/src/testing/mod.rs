@@ -169,6 +169,33 @@ fn stale_write(old: &Value, body: &Value, key: &Key) -> Option<Response<FakeBody
     })
 }
 
+/// The TLS Secret `namespace/name` an administrator makes from the files
+/// `dpufs certs generate` (DAOS's `gen_certificates.sh`) wrote to `certs`:
+/// the CA and the admin certificate and key, under their file names.
+pub fn admin_secret(
+    namespace: &str,
+    name: &str,
+    certs: &std::path::Path,
+) -> k8s_openapi::api::core::v1::Secret {
+    let data = ["daosCA.crt", "admin.crt", "admin.key"]
+        .iter()
+        .map(|f| {
+            let bytes = std::fs::read(certs.join(f))
+                .unwrap_or_else(|e| panic!("reading {}: {e}", certs.join(f).display()));
+            (f.to_string(), k8s_openapi::ByteString(bytes))
+        })
+        .collect();
+    k8s_openapi::api::core::v1::Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            ..Default::default()
+        },
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
 /// RFC 7386 JSON merge patch.
 pub fn merge(target: &mut Value, patch: &Value) {
     match patch {

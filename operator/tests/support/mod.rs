@@ -240,30 +240,16 @@ impl DaosBed {
 /// creates it (replaced when it exists).
 pub async fn put_admin_secret(client: &kube::Client, ns: &str, name: &str, certs: &Path) {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let data: serde_json::Map<String, serde_json::Value> = ["daosCA.crt", "admin.crt", "admin.key"]
-        .iter()
-        .map(|f| {
-            let bytes = std::fs::read(certs.join(f)).unwrap();
-            (
-                f.to_string(),
-                serde_json::to_value(k8s_openapi::ByteString(bytes)).unwrap(),
-            )
-        })
-        .collect();
+    let secret = dpufs_kube::testing::admin_secret(ns, name, certs);
     match secrets.get_opt(name).await.unwrap() {
         Some(_) => {
-            let patch = json!({"data": data});
+            let patch = json!({"data": secret.data});
             secrets
                 .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .unwrap();
         }
         None => {
-            let secret = serde_json::from_value(json!({
-                "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": name, "namespace": ns}, "data": data
-            }))
-            .unwrap();
             secrets
                 .create(&PostParams::default(), &secret)
                 .await
