@@ -110,6 +110,23 @@ impl PoolInfo {
     pub fn is_degraded(&self) -> bool {
         self.disabled_targets > 0
     }
+
+    /// The tier that holds the pool's data: NVMe, or SCM when the pool has no NVMe (where
+    /// DAOS puts data then).
+    pub fn data_tier(&self) -> Option<&TierUsage> {
+        let tier = |media: &str| {
+            self.tiers
+                .iter()
+                .find(|t| t.media.eq_ignore_ascii_case(media) && t.total > 0)
+        };
+        tier("NVME").or_else(|| tier("SCM"))
+    }
+
+    /// The bytes of data the pool can hold (its data tier's size); `None` when it reports
+    /// no tiers.
+    pub fn data_bytes(&self) -> Option<u64> {
+        self.data_tier().map(|t| t.total)
+    }
 }
 
 /// A pool as ListPools reports it.
@@ -498,4 +515,41 @@ fn acl_of(r: mgmt::AclResp) -> Result<Acl> {
         owner_user: acl.owner_user,
         owner_group: acl.owner_group,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_data_is_on_nvme_or_else_scm() {
+        let info = |scm: u64, nvme: u64| PoolInfo {
+            uuid: String::new(),
+            label: String::new(),
+            state: String::new(),
+            total_targets: 0,
+            active_targets: 0,
+            disabled_targets: 0,
+            tiers: vec![
+                TierUsage {
+                    media: "SCM".into(),
+                    total: scm,
+                    free: scm,
+                },
+                TierUsage {
+                    media: "NVME".into(),
+                    total: nvme,
+                    free: nvme,
+                },
+            ],
+            disabled_ranks: String::new(),
+            svc_leader: 0,
+            svc_replicas: vec![],
+            rebuild_state: String::new(),
+            total_engines: 0,
+        };
+        assert_eq!(info(1, 2).data_bytes(), Some(2));
+        assert_eq!(info(1, 0).data_bytes(), Some(1));
+        assert_eq!(info(0, 0).data_bytes(), None);
+    }
 }

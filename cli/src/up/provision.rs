@@ -31,7 +31,7 @@ pub async fn provision(addr: &str, system: &str, pool_size: Option<u64>) -> anyh
         if made { "created" } else { "reused" }
     );
     Ok(Stack {
-        bytes: data_bytes(&info).unwrap_or(size),
+        bytes: info.data_bytes().unwrap_or(size),
         pool,
     })
 }
@@ -54,18 +54,6 @@ async fn default_pool(
     let mut spec = PoolSpec::new(DEFAULT_LABEL, PoolSize::total(size));
     spec.uuid = stable_uuid(&format!("{system}/pool/{DEFAULT_LABEL}"));
     Ok((mgmt.pool_create(&spec).await?.uuid, true))
-}
-
-/// The size of the tier that holds the pool's data (NVMe, or SCM without NVMe): the most a
-/// volume's quota can be, as the CSI controller counts it.
-fn data_bytes(info: &dpufs_daos::PoolInfo) -> Option<u64> {
-    let tier = |media: &str| {
-        info.tiers
-            .iter()
-            .find(|t| t.media.eq_ignore_ascii_case(media) && t.total > 0)
-            .map(|t| t.total)
-    };
-    tier("NVME").or_else(|| tier("SCM"))
 }
 
 /// A UUID derived from `name`: the same on every run.

@@ -128,22 +128,6 @@ pub fn check_topology(
     })
 }
 
-/// The bytes of data a pool can hold: its NVMe tier, or SCM when it has no NVMe (where
-/// DAOS puts data then). `None` when the pool reports no tiers.
-pub(super) fn pool_data_bytes(info: &dpufs_daos::PoolInfo) -> Option<u64> {
-    pool_data_tier(info).map(|t| t.total)
-}
-
-/// The tier that holds a pool's data: NVMe, or SCM when the pool has no NVMe.
-pub(super) fn pool_data_tier(info: &dpufs_daos::PoolInfo) -> Option<&dpufs_daos::TierUsage> {
-    let tier = |media: &str| {
-        info.tiers
-            .iter()
-            .find(|t| t.media.eq_ignore_ascii_case(media) && t.total > 0)
-    };
-    tier("NVME").or_else(|| tier("SCM"))
-}
-
 pub(super) fn quota_of(info: &ContainerInfo) -> Option<u64> {
     match info.properties.get(&CONT_DPUFS_QUOTA) {
         Some(PropValue::Num(q)) if *q > 0 => Some(*q),

@@ -197,7 +197,7 @@ impl ControllerService {
             }
             Err(e) => return Err(plan.daos("querying the pool")(e)),
         };
-        let pool_bytes = pool_data_bytes(&pool_info);
+        let pool_bytes = pool_info.data_bytes();
         plan.capacity.fit_default(pool_bytes);
         let plan = &plan;
         let fits_pool = |bytes: u64| match pool_bytes {

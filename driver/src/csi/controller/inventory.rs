@@ -166,7 +166,7 @@ impl ControllerService {
                 Err(DaosError::NotFound { .. }) => continue,
                 Err(e) => return Err(daos_err(format!("querying pool {}", pool.name))(e)),
             };
-            if let Some(tier) = pool_data_tier(&info) {
+            if let Some(tier) = info.data_tier() {
                 free += tier.free;
                 largest = largest.max(tier.total);
             }

@@ -167,7 +167,7 @@ impl ControllerService {
             .pool_query(&pool)
             .await
             .map_err(daos("querying the pool"))?;
-        if let Some(p) = pool_data_bytes(&pool_info)
+        if let Some(p) = pool_info.data_bytes()
             && capacity.required > p
         {
             return Err(CapacityError::ExceedsPool {

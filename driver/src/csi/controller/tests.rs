@@ -176,38 +176,6 @@ fn acl_of_a_volume() {
     ));
 }
 
-#[test]
-fn pool_data_is_on_nvme_or_else_scm() {
-    let info = |scm: u64, nvme: u64| dpufs_daos::PoolInfo {
-        uuid: String::new(),
-        label: String::new(),
-        state: String::new(),
-        total_targets: 0,
-        active_targets: 0,
-        disabled_targets: 0,
-        tiers: vec![
-            dpufs_daos::TierUsage {
-                media: "SCM".into(),
-                total: scm,
-                free: scm,
-            },
-            dpufs_daos::TierUsage {
-                media: "NVME".into(),
-                total: nvme,
-                free: nvme,
-            },
-        ],
-        disabled_ranks: String::new(),
-        svc_leader: 0,
-        svc_replicas: vec![],
-        rebuild_state: String::new(),
-        total_engines: 0,
-    };
-    assert_eq!(pool_data_bytes(&info(1, 2)), Some(2));
-    assert_eq!(pool_data_bytes(&info(1, 0)), Some(1));
-    assert_eq!(pool_data_bytes(&info(0, 0)), None);
-}
-
 #[tokio::test]
 async fn unimplemented_rpcs_say_so() {
     use crate::csi::directory::{StaticConfig, StaticDirectory};
