@@ -68,6 +68,10 @@ struct NodeArgs {
     /// Lifetime of the capabilities signed for workers; renewed at a third of it.
     #[arg(long, default_value_t = 3600)]
     capability_ttl_secs: u64,
+    /// How often the QoS limits of staged volumes are re-read from DAOS (what
+    /// ControllerModifyVolume changed reaches the workers within this and one second).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    qos_refresh_secs: u64,
     /// How to start the mount keeper when none answers.
     #[arg(long, value_enum, default_value = "auto")]
     keeper_start: KeeperStart,
@@ -150,10 +154,15 @@ fn node(a: NodeArgs) -> Result<()> {
         worker_args,
         agent: agent.clone(),
     };
-    let service = dpufs_csi::csi::NodeService::new(config, directory);
+    let service = dpufs_csi::csi::NodeService::new(config, directory.clone());
     let records = service.records_dir();
     runtime.block_on(async move {
-        let renewals = tokio::spawn(agent.renew_forever(records));
+        let renewals = tokio::spawn(agent.renew_forever(records.clone()));
+        let qos = tokio::spawn(dpufs_csi::csi::qos::refresh_forever(
+            directory,
+            records,
+            Duration::from_secs(a.qos_refresh_secs),
+        ));
         let served = dpufs_csi::csi::server::serve_node_until(
             &a.endpoint,
             service,
@@ -162,6 +171,7 @@ fn node(a: NodeArgs) -> Result<()> {
         )
         .await;
         renewals.abort();
+        qos.abort();
         served
     })?;
     Ok(())
@@ -298,6 +308,10 @@ struct WorkerArgs {
     /// Do not let other users into the mount (when mounting).
     #[arg(long)]
     no_allow_other: bool,
+    /// The volume's QoS file (`{"maxThroughputMiBps":…,"maxIops":…}`, written by the node
+    /// plugin): caps on reads and writes, re-read every second. Without it: no caps.
+    #[arg(long)]
+    qos: Option<PathBuf>,
 }
 
 /// Two reader threads per CPU, 4..16: a reader blocks for a whole engine round trip, so with
@@ -361,6 +375,7 @@ fn worker(a: WorkerArgs) -> Result<()> {
             nofile: a.max_open_files,
             nproc: a.max_procs,
         }),
+        qos: a.qos,
     };
     let signals = block_stop_signals();
     let fabric = FabricOptions {

@@ -6,7 +6,7 @@
 use dpufs_csi::csi::controller::{DEFAULT_CAPACITY, RequestRecord};
 use dpufs_csi::csi::directory::StaticConfig;
 use dpufs_csi::csi::label::{
-    NAME_ATTR, PVC_NAME_ATTR, PVC_NAMESPACE_ATTR, REQUEST_ATTR, label_for,
+    NAME_ATTR, PVC_NAME_ATTR, PVC_NAMESPACE_ATTR, QOS_ATTR, REQUEST_ATTR, label_for,
 };
 use dpufs_csi::csi::{StaticDirectory, TOPOLOGY_SYSTEM_KEY, VolumeId, serve_controller_until};
 use dpufs_daos::{ContainerAdmin, ContainerInfo, ContainerSpec, EngineContainers};
@@ -205,7 +205,7 @@ async fn identity_and_capabilities_over_the_socket() {
         .unwrap()
         .into_inner()
         .capabilities;
-    assert_eq!(ctl_caps.len(), 9, "{ctl_caps:?}");
+    assert_eq!(ctl_caps.len(), 10, "{ctl_caps:?}");
     let err = bed
         .ctl
         .clone()
@@ -668,6 +668,79 @@ async fn expand_volume_raises_the_quota() {
     let err = expand(GIB, &nothing.to_string()).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
     let err = expand(0, &vol.volume_id).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    bed.shutdown().await;
+}
+
+/// ControllerModifyVolume: each mutable parameter sets or lifts its QoS cap in the
+/// container's attribute and leaves the others; a bad one changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modify_volume_sets_lifts_and_keeps_qos_caps() {
+    let bed = Bed::new().await;
+    let mut req = request("pvc-qos", GIB, &[NS_A, ("pool", "fast")]);
+    req.mutable_parameters = HashMap::from([("maxIops".to_string(), "500".to_string())]);
+    let vol = bed.create(req).await.unwrap();
+    let uuid = VolumeId::parse(&vol.volume_id)
+        .unwrap()
+        .container
+        .to_string();
+    let qos = || async {
+        let attrs = bed.admin.get_attributes(FAST, &uuid).await.unwrap();
+        attrs_text(&attrs, QOS_ATTR)
+    };
+    assert_eq!(
+        qos().await,
+        r#"{"maxIops":500}"#,
+        "CreateVolume's mutable parameters"
+    );
+    let modify = |id: &str, pairs: &[(&str, &str)]| {
+        let mut ctl = bed.ctl.clone();
+        let req = csi::ControllerModifyVolumeRequest {
+            volume_id: id.to_string(),
+            mutable_parameters: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        };
+        async move { ctl.controller_modify_volume(req).await.map(|_| ()) }
+    };
+    modify(&vol.volume_id, &[("maxThroughputMiBps", "64")])
+        .await
+        .unwrap();
+    assert_eq!(qos().await, r#"{"maxIops":500,"maxThroughputMiBps":64}"#);
+    // Again: the same, OK.
+    modify(&vol.volume_id, &[("maxThroughputMiBps", "64")])
+        .await
+        .unwrap();
+    modify(&vol.volume_id, &[("maxIops", "unlimited")])
+        .await
+        .unwrap();
+    assert_eq!(qos().await, r#"{"maxThroughputMiBps":64}"#);
+    // One bad value: nothing applied, not even the good one beside it.
+    let err = modify(
+        &vol.volume_id,
+        &[("maxThroughputMiBps", "128"), ("maxIops", "lots")],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+    assert!(
+        err.message().contains("maxIops=\"lots\""),
+        "{}",
+        err.message()
+    );
+    assert_eq!(qos().await, r#"{"maxThroughputMiBps":64}"#);
+    let err = modify(&vol.volume_id, &[("tier", "gold")])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let nothing = VolumeId::new("daos_server", FAST.parse().unwrap(), Uuid::new_v4());
+    let err = modify(&nothing.to_string(), &[("maxIops", "5")])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{}", err.message());
+    let err = modify("", &[("maxIops", "5")]).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     bed.shutdown().await;
 }

@@ -13,13 +13,16 @@ mod common;
 use common::csi_bed::{bed, bed_with_node_args};
 use common::{can_mount, fio_available, wait_until, write_and_verify};
 use dpufs_csi::csi::VolumeId;
+use dpufs_csi::csi::node::record::VolumeFiles;
 use dpufs_daos::{ContainerAdmin, EngineContainers};
 use dpufs_e2e::csi_bed::{MIB, cap, connect, mounted};
+use dpufs_node_api::qos::QosLimits;
 use dpufs_proto::csi::v1::node_client::NodeClient;
 use dpufs_proto::csi::v1::volume_capability::access_mode;
 use dpufs_proto::csi::v1::{self as csi, volume_usage::Unit};
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 use tonic::Code;
 
 /// A 64 MiB file written in 1 MiB blocks and checked with crc32c.
@@ -377,6 +380,71 @@ async fn expansion_shows_in_the_pods_target_and_writes_go_past_the_old_size() {
     fill("second", 40).expect("80 MiB of 128 after the expansion");
     bed.unpublish(&id, &target).await.unwrap();
     bed.unstage(&id, &staging).await.unwrap();
+}
+
+/// ControllerModifyVolume caps a mounted volume without a restage: the node plugin hands the
+/// new limits to the volume's worker, and writes through the pod's target take at least as
+/// long as the cap allows. Lifting the cap reaches the worker too.
+#[tokio::test(flavor = "multi_thread")]
+async fn modify_volume_caps_the_throughput_of_a_mounted_volume() {
+    if !can_mount() {
+        return;
+    }
+    let bed = bed_with_node_args(&["--qos-refresh-secs", "1"]).await;
+    let volume = bed.create("pvc-qos", "ns-a").await;
+    let id = volume.volume_id.clone();
+    let (staging, target) = bed.mount(&id, "pod").await;
+    let keeper_volume =
+        VolumeFiles::of(&bed.state.join("csi"), &VolumeId::parse(&id).unwrap()).keeper_volume;
+    assert_eq!(bed.worker_health(&keeper_volume).qos, QosLimits::UNLIMITED);
+    let modify = |value: &str| {
+        let req = csi::ControllerModifyVolumeRequest {
+            volume_id: id.clone(),
+            mutable_parameters: [("maxThroughputMiBps".to_string(), value.to_string())].into(),
+            ..Default::default()
+        };
+        let mut ctl = bed.ctl.clone();
+        async move {
+            ctl.controller_modify_volume(req)
+                .await
+                .expect("ControllerModifyVolume")
+        }
+    };
+    modify("2").await;
+    wait_until("the worker has the cap", || {
+        bed.worker_health(&keeper_volume).qos.max_throughput_mibps == Some(2)
+    });
+    // 8 MiB at 2 MiB/s: 4 s, less the 100 ms the pacer lets a volume run ahead. Only the
+    // lower bound is asserted: a slow machine can only make it longer.
+    let started = Instant::now();
+    write_file(&target.join("capped"), 8);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(3500),
+        "8 MiB at 2 MiB/s took {took:?}"
+    );
+    modify("unlimited").await;
+    wait_until("the worker has no cap", || {
+        bed.worker_health(&keeper_volume).qos == QosLimits::UNLIMITED
+    });
+    bed.unpublish(&id, &target).await.unwrap();
+    bed.unstage(&id, &staging).await.unwrap();
+    assert!(
+        bed.records().is_empty(),
+        "no record or QoS file left: {:?}",
+        bed.records()
+    );
+}
+
+/// Writes `mib` MiB to `path` in 1 MiB writes and syncs it.
+fn write_file(path: &Path, mib: usize) {
+    use std::io::Write;
+    let block = vec![0xa5; MIB as usize];
+    let mut f = std::fs::File::create(path).unwrap();
+    for _ in 0..mib {
+        f.write_all(&block).unwrap();
+    }
+    f.sync_all().unwrap();
 }
 
 /// Snapshot → write more → a volume from the snapshot has exactly the snapshot-time bytes.

@@ -8,7 +8,8 @@
 
 use crate::volume::EngineVolume;
 use dpufs_daos::{ContainerAdmin, EngineContainers};
-use dpufs_node_api::keeper::{Reply, Request};
+use dpufs_node_api::control::{self, Health};
+use dpufs_node_api::keeper::{Reply, Request, VolumeStatus};
 use dpufs_proto::csi::v1::controller_client::ControllerClient;
 use dpufs_proto::csi::v1::identity_client::IdentityClient;
 use dpufs_proto::csi::v1::node_client::NodeClient;
@@ -374,23 +375,39 @@ impl Bed {
 
     /// The keeper's volumes: (name, worker pid).
     pub fn keeper_volumes(&self) -> Vec<(String, Option<u32>)> {
-        let socket = keeper_socket(&self.state);
-        let mut conn = UnixStream::connect(&socket)
-            .unwrap_or_else(|e| panic!("connect to the keeper at {}: {e}", socket.display()));
-        conn.set_read_timeout(Some(DEADLINE)).expect("timeout");
+        self.keeper_list()
+            .into_iter()
+            .map(|v| (v.volume, v.pid))
+            .collect()
+    }
+
+    fn keeper_list(&self) -> Vec<VolumeStatus> {
         let req = Request::List;
-        writeln!(conn, "{}", req.encode()).expect("send list");
-        let mut line = String::new();
-        BufReader::new(&conn)
-            .read_line(&mut line)
-            .expect("the keeper's answer");
-        match req.decode_reply(line.trim_end()) {
-            Ok(Reply::List(list)) => list
-                .volumes
-                .into_iter()
-                .map(|v| (v.volume, v.pid))
-                .collect(),
+        let line = ask(&keeper_socket(&self.state), &req.encode());
+        match req.decode_reply(&line) {
+            Ok(Reply::List(list)) => list.volumes,
             other => panic!("the keeper answered list with {other:?}"),
+        }
+    }
+
+    /// The `health` of the worker serving the keeper's volume `volume` now.
+    pub fn worker_health(&self, volume: &str) -> Health {
+        let generation = self
+            .keeper_list()
+            .into_iter()
+            .find(|v| v.volume == volume)
+            .unwrap_or_else(|| panic!("the keeper has no volume {volume}"))
+            .generation;
+        let socket = self
+            .state
+            .join("volumes")
+            .join(volume)
+            .join(format!("worker-{generation}"))
+            .join("control.sock");
+        let req = control::Request::Health;
+        match req.decode_reply(&ask(&socket, &req.encode())) {
+            Ok(control::Reply::Health(h)) => h,
+            other => panic!("the worker answered health with {other:?}"),
         }
     }
 
@@ -403,6 +420,19 @@ impl Bed {
             Err(_) => vec![],
         }
     }
+}
+
+/// Sends one request line to a node socket and returns the answer line.
+fn ask(socket: &Path, line: &str) -> String {
+    let mut conn = UnixStream::connect(socket)
+        .unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()));
+    conn.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    writeln!(conn, "{line}").expect("send");
+    let mut answer = String::new();
+    BufReader::new(&conn)
+        .read_line(&mut answer)
+        .expect("the answer");
+    answer.trim_end().to_string()
 }
 
 /// The keeper's socket in its state directory.

@@ -83,6 +83,7 @@ async fn csi_sanity_against_dpufs() {
     config.volume_parameters = [("pool".to_string(), "fast".to_string())].into();
     config.volume_size = 64 * MIB;
     config.expand_size = 128 * MIB;
+    config.mutable_parameters = [("maxIops".to_string(), "5000".to_string())].into();
     config.apply_env().expect("CSI_SANITY_* overrides");
     let report = csi_sanity::run(config).await;
     loud(&format!("\n{report}"));
@@ -118,6 +119,17 @@ async fn csi_sanity_against_dpufs() {
         report.passed().count() > 0,
         "nothing passed: {}",
         report.summary()
+    );
+    let modify_skipped: Vec<String> = report
+        .cases
+        .iter()
+        .filter(|c| c.name.starts_with("ControllerModifyVolume"))
+        .filter(|c| matches!(c.outcome, Outcome::Skipped(_)))
+        .map(|c| c.to_string())
+        .collect();
+    assert!(
+        modify_skipped.is_empty(),
+        "MODIFY_VOLUME is advertised, its cases must run: {modify_skipped:?}"
     );
     // No mount left under the bed, and every volume the suite made is gone.
     let left: Vec<_> = dpufs_node_api::mountinfo::read()

@@ -8,6 +8,7 @@
 //! | [`Request::Stop`] | [`Reply::Stopping`], sent before the stop begins |
 //! | anything else | [`Reply::Refused`] |
 
+use crate::qos::QosLimits;
 use crate::wire::{self, DecodeError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -132,6 +133,9 @@ pub struct Health {
     pub threads_alive: u64,
     pub in_flight: u64,
     pub uptime_secs: f64,
+    /// The QoS limits in force (read from the worker's `--qos` file).
+    #[serde(default)]
+    pub qos: QosLimits,
     #[serde(flatten)]
     pub info: WorkerInfo,
 }
@@ -239,6 +243,10 @@ mod tests {
             threads_alive: 4,
             in_flight: 0,
             uptime_secs: 1.5,
+            qos: QosLimits {
+                max_throughput_mibps: Some(100),
+                max_iops: None,
+            },
             info: WorkerInfo {
                 version: 1,
                 pid: 42,
@@ -290,6 +298,7 @@ mod tests {
                     r#"{"access":"MultiWriter","backend":"local:/srv","data_cache":true,"#,
                     r#""fsname":"dpufs","gid":0,"in_flight":0,"initialized":true,"#,
                     r#""mountpoint":"/mnt/v","ok":true,"owns_mount":false,"pid":42,"#,
+                    r#""qos":{"maxThroughputMiBps":100},"#,
                     r#""state":"serving","threads":4,"threads_alive":4,"uid":0,"#,
                     r#""uptime_secs":1.5,"version":1,"writeback_cache":false}"#
                 ),

@@ -2,14 +2,14 @@
 
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Writes `data` to `path` atomically, with permissions `mode` (before the umask): a new
 /// temporary file beside it, synced, then renamed over it. A reader (a worker re-reading its
 /// capability, a restarted keeper or plugin) sees the old contents or the new, never half,
 /// and a crash leaves one of the two.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    let tmp = temporary(path);
     let context = |e: io::Error, what: &str, p: &Path| {
         io::Error::new(e.kind(), format!("{what} {}: {e}", p.display()))
     };
@@ -29,6 +29,14 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
     std::fs::rename(&tmp, path).map_err(|e| context(e, "write", path))
 }
 
+/// The temporary file of `path`: its whole name plus `.tmp`, so files that differ only in
+/// their extension (a volume's `.cap` and `.qos`) never share one.
+fn temporary(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".tmp");
+    PathBuf::from(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,10 +49,13 @@ mod tests {
         let path = dir.join("capability");
         write_atomic(&path, b"first", 0o600).unwrap();
         // A temporary file a crash left behind is replaced, not an error.
-        std::fs::write(path.with_extension("tmp"), b"half").unwrap();
+        std::fs::write(dir.join("capability.tmp"), b"half").unwrap();
         write_atomic(&path, b"second", 0o600).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"second");
-        assert!(!path.with_extension("tmp").exists());
+        assert!(!dir.join("capability.tmp").exists());
+        // Siblings that differ in their extension have temporaries of their own.
+        assert_eq!(temporary(&dir.join("v.cap")), dir.join("v.cap.tmp"));
+        assert_ne!(temporary(&dir.join("v.cap")), temporary(&dir.join("v.qos")));
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         let err = write_atomic(&dir.join("no/such/dir"), b"x", 0o600).unwrap_err();

@@ -76,11 +76,6 @@ pub enum CreateVolumeError {
         snapshot_pool: String,
         pool: String,
     },
-    #[error(
-        "mutable parameters ({}) are not supported: dfs.dpufs.io has no ControllerModifyVolume",
-        .0.join(", ")
-    )]
-    MutableParameters(Vec<String>),
     #[error("{0}")]
     Params(#[from] ParamError),
     #[error("{0}")]
@@ -192,6 +187,33 @@ pub enum ExpandVolumeError {
     Capability(#[from] CapabilityError),
     #[error("{0}")]
     Capacity(#[from] CapacityError),
+    #[error(
+        "container {container} (label {label:?}) in volume {id} was not provisioned by dfs.dpufs.io; it is not changed"
+    )]
+    NotOurs {
+        id: String,
+        container: String,
+        label: String,
+    },
+    #[error("{0}")]
+    Directory(#[from] DirectoryError),
+    #[error("{0}")]
+    Busy(#[from] Busy),
+    #[error("{step}: {source}")]
+    Daos { step: String, source: DaosError },
+}
+
+/// ControllerModifyVolume.
+#[derive(Debug, thiserror::Error)]
+pub enum ModifyVolumeError {
+    #[error("ControllerModifyVolume needs a volume id")]
+    MissingId,
+    #[error("{0}")]
+    MalformedId(VolumeIdError),
+    #[error("{0}")]
+    Params(#[from] ParamError),
+    #[error("volume {0} does not exist")]
+    NotFound(String),
     #[error(
         "container {container} (label {label:?}) in volume {id} was not provisioned by dfs.dpufs.io; it is not changed"
     )]
@@ -395,6 +417,8 @@ pub enum CsiError {
     ValidateVolume(#[from] ValidateVolumeError),
     #[error("ControllerExpandVolume: {0}")]
     ExpandVolume(#[from] ExpandVolumeError),
+    #[error("ControllerModifyVolume: {0}")]
+    ModifyVolume(#[from] ModifyVolumeError),
     #[error("{0}")]
     Snapshot(#[from] SnapshotError),
     #[error("{0}")]
@@ -426,7 +450,6 @@ impl CsiError {
                 | C::MissingSnapshotId
                 | C::SourceForOwnPool
                 | C::SnapshotElsewhere { .. }
-                | C::MutableParameters(_)
                 | C::PoolRequired { .. } => Code::InvalidArgument,
                 C::Params(_) => Code::InvalidArgument,
                 C::Capacity(_) => Code::OutOfRange,
@@ -472,6 +495,7 @@ impl CsiError {
                 E::Busy(_) => Code::Aborted,
                 E::Daos { source, .. } => daos_code(source),
             },
+            CsiError::ModifyVolume(e) => modify_code(e),
             CsiError::Snapshot(e) => snapshot_code(e),
             CsiError::Inventory(e) => match e {
                 InventoryError::MissingId | InventoryError::Params(_) => Code::InvalidArgument,
@@ -600,6 +624,21 @@ fn daos_code(e: &DaosError) -> Code {
     }
 }
 
+/// ControllerModifyVolume: a parameter it cannot take is INVALID_ARGUMENT, which CSI 1.12
+/// reads as "nothing applied, do not retry"; it is checked before anything is changed.
+fn modify_code(e: &ModifyVolumeError) -> Code {
+    use ModifyVolumeError as M;
+    match e {
+        M::MissingId | M::Params(_) => Code::InvalidArgument,
+        M::MalformedId(VolumeIdError::Foreign(_)) | M::NotFound(_) => Code::NotFound,
+        M::MalformedId(_) => Code::InvalidArgument,
+        M::NotOurs { .. } => Code::FailedPrecondition,
+        M::Directory(d) => directory_code(d),
+        M::Busy(_) => Code::Aborted,
+        M::Daos { source, .. } => daos_code(source),
+    }
+}
+
 impl From<CsiError> for Status {
     fn from(e: CsiError) -> Status {
         // Status::new leaves `details` empty.
@@ -622,6 +661,7 @@ into_status!(
     DeleteVolumeError,
     ValidateVolumeError,
     ExpandVolumeError,
+    ModifyVolumeError,
     StageError,
     PublishError,
     StatsError,

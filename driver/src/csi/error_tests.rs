@@ -25,6 +25,7 @@ fn table() -> Vec<(CsiError, Code, &'static str)> {
     use CreateVolumeError as C;
     use DeleteVolumeError as D;
     use ExpandVolumeError as E;
+    use ModifyVolumeError as M;
     use ValidateVolumeError as V;
     let malformed = || VolumeIdError::Malformed {
         id: "v1/x".into(),
@@ -65,9 +66,9 @@ fn table() -> Vec<(CsiError, Code, &'static str)> {
             "create a VolumeSnapshot of it",
         ),
         (
-            C::MutableParameters(vec!["qos".into()]).into(),
+            C::Params(ParamError::UnknownMutable(vec!["qos".into()])).into(),
             Code::InvalidArgument,
-            "qos",
+            "VolumeAttributesClass parameter \"qos\"",
         ),
         (
             C::Params(ParamError::Unknown(vec!["volumeMode".into()])).into(),
@@ -334,6 +335,52 @@ fn table() -> Vec<(CsiError, Code, &'static str)> {
             .into(),
             Code::Unavailable,
             "querying",
+        ),
+        // ControllerModifyVolume
+        (M::MissingId.into(), Code::InvalidArgument, "volume id"),
+        (
+            M::MalformedId(malformed()).into(),
+            Code::InvalidArgument,
+            "malformed",
+        ),
+        (
+            M::MalformedId(foreign()).into(),
+            Code::NotFound,
+            "not issued",
+        ),
+        (
+            M::Params(ParamError::InvalidMutable {
+                key: "maxIops".into(),
+                value: "0".into(),
+                reason: "use a whole number".into(),
+            })
+            .into(),
+            Code::InvalidArgument,
+            "maxIops=\"0\"",
+        ),
+        (
+            M::NotFound("v1/s/p/c".into()).into(),
+            Code::NotFound,
+            "does not exist",
+        ),
+        (
+            M::NotOurs {
+                id: "v1/s/p/c".into(),
+                container: "c".into(),
+                label: "mine".into(),
+            }
+            .into(),
+            Code::FailedPrecondition,
+            "not provisioned by dfs.dpufs.io",
+        ),
+        (
+            M::Daos {
+                step: "setting the QoS attribute".into(),
+                source: daos_unreachable(),
+            }
+            .into(),
+            Code::Unavailable,
+            "ControllerModifyVolume: setting the QoS attribute",
         ),
         // ControllerExpandVolume
         (E::MissingId.into(), Code::InvalidArgument, "volume id"),

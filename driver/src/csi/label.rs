@@ -21,6 +21,9 @@ pub const REQUEST_ATTR: &str = "dpufs.csi/request";
 pub const PVC_NAMESPACE_ATTR: &str = "dpufs.csi/pvc-namespace";
 pub const PVC_NAME_ATTR: &str = "dpufs.csi/pvc-name";
 pub const PV_NAME_ATTR: &str = "dpufs.csi/pv-name";
+/// Container attribute holding the volume's QoS limits (JSON, `dpufs_node_api::qos`): set by
+/// CreateVolume and ControllerModifyVolume, read by the node plugins that stage the volume.
+pub const QOS_ATTR: &str = "dpufs.csi/qos";
 
 /// Longest CSI name accepted, in bytes. CSI's limit is 128 bytes; the conformance suite's
 /// 128-character names are longer than that outside ASCII, so we allow more.

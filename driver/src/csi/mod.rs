@@ -25,6 +25,7 @@ pub mod label;
 mod locks;
 pub mod node;
 pub mod params;
+pub mod qos;
 pub mod server;
 pub mod volume_id;
 

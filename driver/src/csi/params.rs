@@ -15,6 +15,7 @@
 
 use crate::csi::volume_id::valid_system_name;
 use dpufs_api::ByteQuantity;
+use dpufs_node_api::qos::QosLimits;
 use dpufs_proto::daos::props::{
     CONT_DPUFS_CHUNK_SIZE, CONT_LAYOUT_TYPE, CONT_RD_FAC, LAYOUT_POSIX, PropValue,
 };
@@ -130,6 +131,21 @@ pub enum ParamError {
     /// A known key with a value it cannot take.
     #[error("StorageClass parameter {key}={value:?} is invalid: {reason}")]
     Invalid {
+        key: String,
+        value: String,
+        reason: String,
+    },
+    /// Mutable parameters (a VolumeAttributesClass's) that are not ours (sorted).
+    #[error(
+        "unknown VolumeAttributesClass parameter{} {}; dfs.dpufs.io accepts {}",
+        if .0.len() == 1 { "" } else { "s" },
+        .0.iter().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", "),
+        MUTABLE_KEYS.join(", ")
+    )]
+    UnknownMutable(Vec<String>),
+    /// A mutable parameter with a value it cannot take.
+    #[error("VolumeAttributesClass parameter {key}={value:?} is invalid: {reason}")]
+    InvalidMutable {
         key: String,
         value: String,
         reason: String,
@@ -281,6 +297,75 @@ pub fn valid_object_class(s: &str) -> bool {
         });
     }
     s.strip_prefix('S').is_some_and(groups)
+}
+
+/// Mutable parameters (`mutable_parameters` of CreateVolume and ControllerModifyVolume, a
+/// VolumeAttributesClass's `parameters`): the volume's QoS caps, enforced by its workers.
+pub const MAX_THROUGHPUT: &str = "maxThroughputMiBps";
+/// Read and write requests per second.
+pub const MAX_IOPS: &str = "maxIops";
+/// The mutable keys, in the order messages list them.
+pub const MUTABLE_KEYS: [&str; 2] = [MAX_THROUGHPUT, MAX_IOPS];
+/// The value that lifts a cap.
+pub const UNLIMITED: &str = "unlimited";
+/// Largest caps accepted: 1 TiB/s and a billion requests per second, beyond any node.
+const MAX_THROUGHPUT_MIBPS: u64 = 1 << 20;
+const MAX_IOPS_VALUE: u64 = 1_000_000_000;
+
+/// What a set of mutable parameters changes: each key given sets its cap (`Some(Some(n))`)
+/// or lifts it (`Some(None)`, the value `unlimited`); a key not given leaves the cap as it
+/// is (CSI: "only keys that are specified should result in modifications").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QosChange {
+    pub max_throughput_mibps: Option<Option<u64>>,
+    pub max_iops: Option<Option<u64>>,
+}
+
+impl QosChange {
+    /// `limits` with this change made.
+    pub fn apply(&self, limits: QosLimits) -> QosLimits {
+        QosLimits {
+            max_throughput_mibps: self
+                .max_throughput_mibps
+                .unwrap_or(limits.max_throughput_mibps),
+            max_iops: self.max_iops.unwrap_or(limits.max_iops),
+        }
+    }
+}
+
+/// Parses mutable parameters; nothing is applied when any of them is wrong.
+pub fn parse_mutable(params: &HashMap<String, String>) -> Result<QosChange, ParamError> {
+    let mut unknown: Vec<String> = params
+        .keys()
+        .filter(|k| !MUTABLE_KEYS.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    if !unknown.is_empty() {
+        unknown.sort();
+        return Err(ParamError::UnknownMutable(unknown));
+    }
+    let cap = |key: &str, max: u64, unit: &str| -> Result<Option<Option<u64>>, ParamError> {
+        let Some(v) = params.get(key) else {
+            return Ok(None);
+        };
+        if v == UNLIMITED {
+            return Ok(Some(None));
+        }
+        match v.parse::<u64>() {
+            Ok(n) if (1..=max).contains(&n) && !v.starts_with('+') => Ok(Some(Some(n))),
+            _ => Err(ParamError::InvalidMutable {
+                key: key.to_string(),
+                value: v.clone(),
+                reason: format!(
+                    "use a whole number of {unit} from 1 to {max}, or {UNLIMITED} to lift the cap"
+                ),
+            }),
+        }
+    };
+    Ok(QosChange {
+        max_throughput_mibps: cap(MAX_THROUGHPUT, MAX_THROUGHPUT_MIBPS, "MiB/s")?,
+        max_iops: cap(MAX_IOPS, MAX_IOPS_VALUE, "requests per second")?,
+    })
 }
 
 #[cfg(test)]
@@ -455,5 +540,47 @@ mod tests {
         assert!(valid_namespace("team-a"));
         assert!(!valid_namespace(&"a".repeat(64)));
         assert!(!valid_namespace("a.b"));
+    }
+
+    #[test]
+    fn mutable_parameters_set_lift_or_keep_each_cap() {
+        let change =
+            parse_mutable(&map(&[(MAX_THROUGHPUT, "200"), (MAX_IOPS, UNLIMITED)])).unwrap();
+        let before = QosLimits {
+            max_throughput_mibps: Some(50),
+            max_iops: Some(1000),
+        };
+        let after = change.apply(before);
+        assert_eq!(after.max_throughput_mibps, Some(200));
+        assert_eq!(after.max_iops, None);
+        // A key not given keeps its cap.
+        let only_iops = parse_mutable(&map(&[(MAX_IOPS, "10")])).unwrap();
+        assert_eq!(only_iops.apply(before).max_throughput_mibps, Some(50));
+        assert_eq!(
+            parse_mutable(&HashMap::new()).unwrap().apply(before),
+            before
+        );
+    }
+
+    #[test]
+    fn bad_mutable_parameters_say_what_to_use() {
+        let e = parse_mutable(&map(&[("iops", "5"), ("qos", "gold")])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"unknown VolumeAttributesClass parameters "iops", "qos"; dfs.dpufs.io accepts maxThroughputMiBps, maxIops"#
+        );
+        for bad in ["0", "-1", "+5", "1.5", "fast", "", "1048577"] {
+            let e = parse_mutable(&map(&[(MAX_THROUGHPUT, bad)])).unwrap_err();
+            assert!(
+                e.to_string().contains("from 1 to 1048576, or unlimited"),
+                "{bad:?}: {e}"
+            );
+        }
+        let e = parse_mutable(&map(&[(MAX_THROUGHPUT, "10"), (MAX_IOPS, "0")])).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("VolumeAttributesClass parameter maxIops=\"0\""),
+            "{e}"
+        );
     }
 }

@@ -8,6 +8,7 @@
 
 use super::fs::Negotiated;
 use super::stats::Stats;
+use super::throttle::Throttle;
 use crate::ipc::line;
 use dpufs_node_api::control::{Health, Reply, Request, WorkerInfo, WorkerState};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -24,6 +25,7 @@ pub(super) struct Shared {
     pub live_readers: AtomicUsize,
     pub stats: Arc<Stats>,
     negotiated: Arc<Negotiated>,
+    pub throttle: Arc<Throttle>,
     info: WorkerInfo,
 }
 
@@ -32,6 +34,7 @@ impl Shared {
         readers: usize,
         stats: Arc<Stats>,
         negotiated: Arc<Negotiated>,
+        throttle: Arc<Throttle>,
         info: WorkerInfo,
     ) -> Shared {
         Shared {
@@ -41,6 +44,7 @@ impl Shared {
             live_readers: AtomicUsize::new(readers),
             stats,
             negotiated,
+            throttle,
             info,
         }
     }
@@ -73,6 +77,7 @@ impl Shared {
             threads_alive: self.live_readers.load(Ordering::Acquire) as u64,
             in_flight: self.stats.in_flight(),
             uptime_secs: self.stats.uptime().as_secs_f64(),
+            qos: self.throttle.limits(),
             info: self.info.clone(),
         }
     }

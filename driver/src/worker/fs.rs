@@ -20,6 +20,7 @@
 
 use super::backend::ForgetHook;
 use super::stats::{Op, Stats};
+use super::throttle::Throttle;
 use dpufs_daos::dfs::{
     Attr, Dfs, DfsError, Errno, Oid, ROOT_OID, S_IFDIR, S_IFMT, S_IFREG, SetAttr, TimeSet,
     Timespec, XattrMode,
@@ -195,6 +196,7 @@ pub struct DfsFs {
     counts: Option<LookupCounts>,
     negotiated: Arc<Negotiated>,
     session_record: Option<PathBuf>,
+    throttle: Arc<Throttle>,
 }
 
 impl std::fmt::Debug for DfsFs {
@@ -275,13 +277,15 @@ impl FileReadWriteVolatile for DfsIo<'_> {
 
 impl DfsFs {
     /// A file system over `dfs`. `forget`: see [`super::backend::Backend::forget`].
-    /// `session_record`: where to write what INIT negotiated.
+    /// `session_record`: where to write what INIT negotiated. `throttle`: the QoS caps
+    /// reads and writes wait for.
     pub fn new(
         dfs: Arc<dyn Dfs>,
         forget: Option<ForgetHook>,
         cfg: FsConfig,
         stats: Arc<Stats>,
         session_record: Option<PathBuf>,
+        throttle: Arc<Throttle>,
     ) -> DfsFs {
         DfsFs {
             dfs,
@@ -295,6 +299,7 @@ impl DfsFs {
             }),
             negotiated: Arc::new(Negotiated::default()),
             session_record,
+            throttle,
         }
     }
 
@@ -796,6 +801,8 @@ impl FileSystem for DfsFs {
         _lock_owner: Option<u64>,
         _flags: u32,
     ) -> io::Result<usize> {
+        // Before the operation's clock starts: the latencies stay the backend's.
+        self.throttle.admit(u64::from(size));
         self.op(Op::Read, || {
             let mut io = DfsIo {
                 dfs: &*self.dfs,
@@ -820,6 +827,7 @@ impl FileSystem for DfsFs {
         _flags: u32,
         _fuse_flags: u32,
     ) -> io::Result<usize> {
+        self.throttle.admit(u64::from(size));
         self.op(Op::Write, || {
             self.check_writable()?;
             let mut io = DfsIo {

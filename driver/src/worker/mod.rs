@@ -12,6 +12,7 @@ pub mod fs;
 pub mod privilege;
 mod setup;
 pub mod stats;
+pub mod throttle;
 
 use anyhow::Result;
 use backend::{Backend, BackendSpec};
@@ -72,6 +73,8 @@ pub struct WorkerConfig {
     pub run_as: Option<(u32, u32)>,
     /// Resource limits applied before serving (`None`: leave them).
     pub limits: Option<privilege::Limits>,
+    /// The QoS file (`dpufs_node_api::qos`), re-read while serving; `None`: no caps.
+    pub qos: Option<PathBuf>,
 }
 
 /// Writes `data` to `path` atomically (`dpufs_node_api::file::write_atomic`), mode 0644.

@@ -6,12 +6,14 @@ use super::channel;
 use super::control::Shared;
 use super::fs::{self, DfsFs};
 use super::stats::Stats;
+use super::throttle::Throttle;
 use super::{Backend, FuseSource, Worker, WorkerConfig, privilege, write_atomic};
 use crate::fuse::{self, ReadAhead};
 use crate::ipc;
 use anyhow::{Context as _, Result, bail};
 use dpufs_node_api::control::WorkerInfo;
 use dpufs_node_api::handover::SessionRecord;
+use dpufs_node_api::qos::QosLimits;
 use dpufs_node_api::wire;
 use fuse_backend_rs::api::server::Server;
 use std::io;
@@ -21,6 +23,7 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 pub(super) fn start(cfg: WorkerConfig, backend: Backend) -> Result<Worker> {
     check(&cfg)?;
@@ -222,17 +225,28 @@ fn serve(
 ) -> Result<Worker> {
     channel::install_wake_handler()?;
     let stats = Arc::new(Stats::new());
+    let throttle = Arc::new(Throttle::new(QosLimits::UNLIMITED));
+    if let Some(path) = &cfg.qos {
+        watch_qos(path.clone(), throttle.clone())?;
+    }
     let fs = DfsFs::new(
         backend.dfs,
         backend.forget,
         cfg.fs.clone(),
         stats.clone(),
         Some(cfg.state_dir.join("session.json")),
+        throttle.clone(),
     );
     if let Some(record) = &conn.session {
         fs.restore(record).context("the handover's session")?;
     }
-    let shared = Arc::new(Shared::new(clones.len(), stats, fs.negotiated(), info));
+    let shared = Arc::new(Shared::new(
+        clones.len(),
+        stats,
+        fs.negotiated(),
+        throttle,
+        info,
+    ));
     let server = Arc::new(Server::new(Arc::new(fs)));
     let mut readers = Vec::new();
     for (i, clone) in clones.into_iter().enumerate() {
@@ -284,4 +298,40 @@ fn serve(
         owned_mount: conn.owned.keep(),
         state_dir: cfg.state_dir,
     })
+}
+
+/// How often the QoS file is read for new limits.
+const QOS_POLL: Duration = Duration::from_secs(1);
+
+/// Puts the QoS file's limits in force now, then re-reads it every [`QOS_POLL`] for the
+/// node plugin's changes. A file that cannot be read keeps the limits in force (and says so
+/// once per distinct error); a file that does not exist is no limit.
+fn watch_qos(path: PathBuf, throttle: Arc<Throttle>) -> Result<()> {
+    let apply = move |last_error: &mut Option<String>| match QosLimits::load(&path) {
+        Ok(limits) => {
+            *last_error = None;
+            if limits != throttle.limits() {
+                tracing::info!("QoS from {}: {limits}", path.display());
+                throttle.set(limits);
+            }
+        }
+        Err(e) => {
+            let e = format!("QoS file {}: {e}; the limits in force stay", path.display());
+            if last_error.as_ref() != Some(&e) {
+                tracing::warn!("{e}");
+                *last_error = Some(e);
+            }
+        }
+    };
+    let mut last_error = None;
+    apply(&mut last_error);
+    std::thread::Builder::new()
+        .name("qos".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(QOS_POLL);
+                apply(&mut last_error);
+            }
+        })?;
+    Ok(())
 }

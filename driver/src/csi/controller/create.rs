@@ -33,6 +33,8 @@ pub(super) struct Plan {
     record: RequestRecord,
     /// The snapshot to clone, for a volume made from one.
     source: Option<SnapshotId>,
+    /// The caps of the request's mutable parameters.
+    qos: QosLimits,
 }
 
 impl Plan {
@@ -48,6 +50,9 @@ impl Plan {
             if let Some(v) = value.as_ref().filter(|v| !v.is_empty()) {
                 attrs.insert(key.to_string(), v.as_bytes().to_vec());
             }
+        }
+        if self.qos.is_limited() {
+            attrs.insert(QOS_ATTR.to_string(), self.qos.encode().into_bytes());
         }
         attrs.insert(
             REQUEST_ATTR.to_string(),
@@ -90,11 +95,7 @@ impl ControllerService {
             check_capability(cap)?;
         }
         let source = content_source(req.volume_content_source.as_ref())?;
-        if !req.mutable_parameters.is_empty() {
-            let mut keys: Vec<String> = req.mutable_parameters.keys().cloned().collect();
-            keys.sort();
-            return Err(CreateVolumeError::MutableParameters(keys));
-        }
+        let qos = params::parse_mutable(&req.mutable_parameters)?.apply(QosLimits::UNLIMITED);
         let params = params::parse(&req.parameters)?;
         let capacity = Capacity::of(req.capacity_range.as_ref())?;
         let _name_guard = self.locks.try_lock(format!("volume name {:?}", req.name))?;
@@ -134,6 +135,7 @@ impl ControllerService {
         }
         let plan = Plan {
             source,
+            qos,
             label: label::label_for(&req.name),
             name: req.name,
             params,

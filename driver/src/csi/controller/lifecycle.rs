@@ -1,4 +1,5 @@
-//! DeleteVolume, ValidateVolumeCapabilities and ControllerExpandVolume on an existing volume.
+//! DeleteVolume, ValidateVolumeCapabilities, ControllerExpandVolume and ControllerModifyVolume
+//! on an existing volume.
 
 use super::*;
 
@@ -188,5 +189,59 @@ impl ControllerService {
             .map_err(daos("setting the quota"))?;
         tracing::info!(volume_id = %id, capacity = capacity.required, "volume expanded");
         Ok(response(capacity.required))
+    }
+
+    /// ControllerModifyVolume: changes the volume's QoS caps (its container's [`QOS_ATTR`]),
+    /// which the node plugins staging it pass on to their workers
+    /// ([`crate::csi::qos`]). Every parameter is checked before anything changes.
+    pub async fn modify(
+        &self,
+        req: csi::ControllerModifyVolumeRequest,
+    ) -> Result<(), ModifyVolumeError> {
+        let id = match VolumeId::parse(&req.volume_id) {
+            Ok(id) => id,
+            Err(VolumeIdError::Empty) => return Err(ModifyVolumeError::MissingId),
+            Err(e) => return Err(ModifyVolumeError::MalformedId(e)),
+        };
+        let change = params::parse_mutable(&req.mutable_parameters)?;
+        let _guard = self.locks.try_lock(format!("volume {id}"))?;
+        let clients = self.dir.system(&id.system).await?;
+        let (pool, cont) = (id.pool.to_string(), id.container.to_string());
+        let daos = |what: &str| {
+            let step = format!("{what} (volume {id})");
+            move |source| ModifyVolumeError::Daos { step, source }
+        };
+        let info = find(&clients, &pool, &cont)
+            .await
+            .map_err(daos("looking the container up"))?
+            .ok_or_else(|| ModifyVolumeError::NotFound(id.to_string()))?;
+        if !label::is_volume_label(&info.label) {
+            return Err(ModifyVolumeError::NotOurs {
+                id: id.to_string(),
+                container: cont,
+                label: info.label,
+            });
+        }
+        let attrs = clients
+            .containers
+            .get_attributes(&pool, &cont)
+            .await
+            .map_err(daos("reading its attributes"))?;
+        if attrs.contains_key(snapshots::DELETED_ATTR) {
+            // Deleted, kept only for its snapshots.
+            return Err(ModifyVolumeError::NotFound(id.to_string()));
+        }
+        let before = crate::csi::qos::of(&id, &attrs);
+        let after = change.apply(before);
+        if after != before {
+            let set = [(QOS_ATTR.to_string(), after.encode().into_bytes())];
+            clients
+                .containers
+                .set_attributes(&pool, &cont, set.into_iter().collect())
+                .await
+                .map_err(daos("setting its QoS limits"))?;
+        }
+        tracing::info!(volume_id = %id, "volume modified: {after}");
+        Ok(())
     }
 }

@@ -12,7 +12,8 @@
 //! `rd_fac`, `dpufs_chunk_size`), the quota `dpufs_quota` = the capacity (enforced by the
 //! embedded engine, advisory on real DAOS), the ACL `A::OWNER@:rwdtTaAo` (the controller's
 //! own identity, which owns the container) and `A::<tenant principal>:rwt` and nothing else,
-//! and attributes holding the full CSI name, the request record and the PVC.
+//! and attributes holding the full CSI name, the request record, the PVC and the QoS limits
+//! (the mutable parameters, [`crate::csi::qos`]).
 //!
 //! Every call on one CSI name or volume id runs alone; a concurrent one gets ABORTED.
 
@@ -20,15 +21,16 @@ use crate::csi::TOPOLOGY_SYSTEM_KEY;
 use crate::csi::directory::{Directory, PoolRef, SystemClients, Tenant};
 use crate::csi::error::{
     CapabilityError, CapacityError, CreateVolumeError, CsiError, DeleteVolumeError,
-    ExpandVolumeError, ValidateVolumeError,
+    ExpandVolumeError, ModifyVolumeError, ValidateVolumeError,
 };
 use crate::csi::label::{
-    self, NAME_ATTR, PV_NAME_ATTR, PVC_NAME_ATTR, PVC_NAMESPACE_ATTR, REQUEST_ATTR,
+    self, NAME_ATTR, PV_NAME_ATTR, PVC_NAME_ATTR, PVC_NAMESPACE_ATTR, QOS_ATTR, REQUEST_ATTR,
 };
 use crate::csi::locks::VolumeLocks;
 use crate::csi::params::{self, ContainerProperties, Provisioning, VolumeParams};
 use crate::csi::volume_id::{VolumeId, VolumeIdError};
 use dpufs_daos::{ContainerInfo, ContainerSpec, DaosError};
+use dpufs_node_api::qos::QosLimits;
 use dpufs_proto::csi::v1::{
     self as csi, CapacityRange, ControllerExpandVolumeRequest, ControllerExpandVolumeResponse,
     ControllerGetCapabilitiesRequest, ControllerGetCapabilitiesResponse,
@@ -143,6 +145,7 @@ impl ControllerService {
             rpc::Type::GetVolume,
             rpc::Type::VolumeCondition,
             rpc::Type::SingleNodeMultiWriter,
+            rpc::Type::ModifyVolume,
         ]
         .into_iter()
         .map(|t| ControllerServiceCapability {
@@ -268,8 +271,9 @@ impl Controller for ControllerService {
 
     async fn controller_modify_volume(
         &self,
-        _: Request<csi::ControllerModifyVolumeRequest>,
+        request: Request<csi::ControllerModifyVolumeRequest>,
     ) -> Result<Response<csi::ControllerModifyVolumeResponse>, Status> {
-        unimplemented("ControllerModifyVolume")
+        self.modify(request.into_inner()).await?;
+        Ok(Response::new(csi::ControllerModifyVolumeResponse {}))
     }
 }

@@ -149,6 +149,7 @@ fn controller_capabilities_are_what_is_built() {
             rpc::Type::GetVolume as i32,
             rpc::Type::VolumeCondition as i32,
             rpc::Type::SingleNodeMultiWriter as i32,
+            rpc::Type::ModifyVolume as i32,
         ]
     );
 }
@@ -192,9 +193,6 @@ async fn unimplemented_rpcs_say_so() {
             .await
             .unwrap_err(),
         c.get_snapshot(Request::new(Default::default()))
-            .await
-            .unwrap_err(),
-        c.controller_modify_volume(Request::new(Default::default()))
             .await
             .unwrap_err(),
     ] {
@@ -255,6 +253,15 @@ async fn bad_requests_are_refused_before_daos() {
     assert_eq!(code(r).await.code(), Code::InvalidArgument);
     let mut r = good();
     r.mutable_parameters.insert("qos".into(), "gold".into());
+    let s = code(r).await;
+    assert_eq!(s.code(), Code::InvalidArgument);
+    assert!(
+        s.message().contains("maxThroughputMiBps, maxIops"),
+        "{}",
+        s.message()
+    );
+    let mut r = good();
+    r.mutable_parameters.insert("maxIops".into(), "0".into());
     assert_eq!(code(r).await.code(), Code::InvalidArgument);
     let mut r = good();
     r.parameters.insert("provisioning".into(), "pool".into());

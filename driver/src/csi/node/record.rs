@@ -32,6 +32,8 @@ pub struct VolumeFiles {
     pub keeper_volume: String,
     pub record: PathBuf,
     pub capability: PathBuf,
+    /// The QoS limits the worker reads (`dpufs_node_api::qos`).
+    pub qos: PathBuf,
 }
 
 impl VolumeFiles {
@@ -43,6 +45,7 @@ impl VolumeFiles {
             keeper_volume: format!("csi-{key}"),
             record: dir.join(format!("{key}.json")),
             capability: dir.join(format!("{key}.cap")),
+            qos: dir.join(format!("{key}.qos")),
         }
     }
 }

@@ -14,9 +14,11 @@ use crate::csi::controller::{RequestRecord, check_capability};
 use crate::csi::directory::SystemClients;
 use crate::csi::error::{PathError, StageError};
 use crate::csi::label::REQUEST_ATTR;
+use crate::csi::qos;
 use crate::csi::volume_id::{VolumeId, VolumeIdError};
 use crate::launcher::{WantedVolume, ensure_volume};
 use dpufs_node_api::keeper::{Reply, Request as KeeperRequest};
+use dpufs_node_api::qos::QosLimits;
 use dpufs_proto::csi::v1::{NodeStageVolumeRequest, NodeUnstageVolumeRequest};
 use std::path::Path;
 
@@ -68,8 +70,17 @@ impl NodeService {
             .map_err(|e| node_err("reading the stage record")(e.to_string()))?;
         let new = known.is_none();
         let clients = self.dir.system(&id.system).await?;
-        let volume = match known {
-            Some(v) => check_same(&id, v, &staging, read_only)?,
+        let (volume, limits) = match known {
+            Some(v) => {
+                let v = check_same(&id, v, &staging, read_only)?;
+                let limits = qos::read(&clients, &id)
+                    .await
+                    .map_err(|source| StageError::Daos {
+                        step: format!("reading the QoS limits of volume {id}"),
+                        source,
+                    })?;
+                (v, limits)
+            }
             None => self.resolve(&clients, &id, &staging, read_only).await?,
         };
         let data = clients
@@ -81,13 +92,16 @@ impl NodeService {
             .agent
             .issue(&volume, &files.capability)
             .map_err(node_err("signing the worker's capability"))?;
+        limits
+            .store(&files.qos)
+            .map_err(|e| node_err("writing the QoS file")(e.to_string()))?;
         volume
             .save(&files.record)
             .map_err(|e| node_err("writing the stage record")(e.to_string()))?;
         let want = WantedVolume {
             name: files.keeper_volume.clone(),
             mountpoint: staging,
-            worker_args: self.worker_args(data, &files.capability),
+            worker_args: self.worker_args(data, &files),
         };
         let state_dir = self.config.state_dir.clone();
         let served = tokio::task::spawn_blocking(move || ensure_volume(&state_dir, &want))
@@ -101,8 +115,9 @@ impl NodeService {
             Err(e) => {
                 // A first stage that mounted nothing leaves nothing behind.
                 if new {
-                    let _ = std::fs::remove_file(&files.record);
-                    let _ = std::fs::remove_file(&files.capability);
+                    for f in [&files.record, &files.capability, &files.qos] {
+                        let _ = std::fs::remove_file(f);
+                    }
                 }
                 return Err(e);
             }
@@ -111,14 +126,14 @@ impl NodeService {
         Ok(())
     }
 
-    /// Who the volume belongs to, from DAOS, and what this stage records.
+    /// Who the volume belongs to, from DAOS, and what this stage records; and its QoS.
     async fn resolve(
         &self,
         clients: &SystemClients,
         id: &VolumeId,
         staging: &Path,
         read_only: bool,
-    ) -> Result<StagedVolume, StageError> {
+    ) -> Result<(StagedVolume, QosLimits), StageError> {
         let staged = StagedVolume::all(&self.records_dir())
             .map_err(|e| node_err("reading the stage records")(e.to_string()))?;
         if staged.len() as i64 >= self.config.max_volumes {
@@ -142,7 +157,7 @@ impl NodeService {
                 id: id.to_string(),
                 container: container.clone(),
             })?;
-        Ok(StagedVolume {
+        let volume = StagedVolume {
             volume_id: id.to_string(),
             staging_path: staging.to_path_buf(),
             tenant: record.tenant,
@@ -150,15 +165,18 @@ impl NodeService {
             pool,
             container,
             read_only,
-        })
+        };
+        Ok((volume, qos::of(id, &attrs)))
     }
 
-    fn worker_args(&self, data: std::net::SocketAddr, capability: &Path) -> Vec<String> {
+    fn worker_args(&self, data: std::net::SocketAddr, files: &VolumeFiles) -> Vec<String> {
         let mut args = vec![
             "--backend".to_string(),
             format!("engine:{data}"),
             "--capability".to_string(),
-            capability.display().to_string(),
+            files.capability.display().to_string(),
+            "--qos".to_string(),
+            files.qos.display().to_string(),
         ];
         args.extend(self.config.worker_args.iter().cloned());
         args
@@ -190,7 +208,7 @@ impl NodeService {
             super::mounts::unmount(&staging)
                 .map_err(|e| node_err("unmounting the staging path")(e.to_string()))?;
         }
-        for f in [&files.capability, &files.record] {
+        for f in [&files.capability, &files.qos, &files.record] {
             match std::fs::remove_file(f) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     return Err(node_err("removing the stage record")(format!(
