@@ -147,7 +147,7 @@ async fn run(cli: Cli, target: &Target) -> anyhow::Result<()> {
         Command::Up(args) => up::up(args, &g.system).await,
         Command::Down(args) => up::down(args).await,
         Command::Status(args) => up::status(args, &g.system, out).await,
-        Command::Certs(cmd) => certs::run(cmd, out),
+        Command::Certs(cmd) => certs::run(cmd, out).await,
         Command::Bench(args) => bench::run(args).await,
     }
 }

@@ -674,9 +674,9 @@ def check_refusals(report: Report, helm, chart, base: dict) -> None:
         else:
             report.fail(f"{what}: accepted by values.schema.json; it must be refused")
     template_cases = [
-        ("tls.generate=true", {"tls": {"generate": True}}, "not possible yet"),
-        ("the engine without TLS or insecure", {"daos": {"insecure": False}}, "tls.existingSecret"),
-        ("the engine without the agent key", {"agentKey": {"existingSecret": ""}}, "agentKey.existingSecret"),
+        ("the engine with tls.generate=false and no Secret", {"tls": {"generate": False}}, "tls.existingSecret"),
+        ("the engine with agentKey.generate=false and no Secret", {"agentKey": {"generate": False}},
+         "agentKey.existingSecret"),
         ("an external system without endpoints", {"engine": {"enabled": False}}, "daos.endpoints"),
         ("an external TLS system without a Secret",
          {"engine": {"enabled": False}, "daos": {"insecure": False, "endpoints": ["10.0.0.1"]}}, "daos.tls.secretName"),

@@ -64,10 +64,33 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-engine" (include "dpufs.fullname" .) -}}
 {{- end -}}
 
+{{/* The certificate Secret of the chart's engine and its clients: the administrator's, or the
+one the install hook makes (tls.generate; only for the chart's engine: an external system's CA is
+its own); empty when the management channel is plaintext. */}}
+{{- define "dpufs.tlsSecret" -}}
+{{- if not .Values.daos.insecure -}}
+{{- if .Values.tls.existingSecret -}}
+{{- .Values.tls.existingSecret -}}
+{{- else if and .Values.tls.generate .Values.engine.enabled -}}
+{{- printf "%s-daos-certs" (include "dpufs.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The node agent's key Secret: the administrator's, or the one the install hook makes
+(agentKey.generate); empty: each node makes its own key. */}}
+{{- define "dpufs.agentKeySecret" -}}
+{{- if .Values.agentKey.existingSecret -}}
+{{- .Values.agentKey.existingSecret -}}
+{{- else if .Values.agentKey.generate -}}
+{{- printf "%s-agent-key" (include "dpufs.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The Secret with daosCA.crt, admin.crt, admin.key the DaosSystem names; empty when insecure. */}}
 {{- define "dpufs.adminSecret" -}}
 {{- if not .Values.daos.insecure -}}
-{{- default .Values.tls.existingSecret .Values.daos.tls.secretName -}}
+{{- default (include "dpufs.tlsSecret" .) .Values.daos.tls.secretName -}}
 {{- end -}}
 {{- end -}}
 
@@ -90,18 +113,15 @@ Checks across values, each failing with what to do. Rendered by templates/valida
 */}}
 {{- define "dpufs.validate" -}}
 {{- $certs := "dpufs certs generate ./daos-certs && kubectl -n <namespace> create secret generic dpufs-daos-certs --from-file=./daos-certs/daosCA.crt --from-file=./daos-certs/admin.crt --from-file=./daos-certs/admin.key --from-file=./daos-certs/server.crt --from-file=./daos-certs/server.key" -}}
-{{- if .Values.tls.generate -}}
-{{- fail (printf "tls.generate=true is not possible yet: the image cannot write Kubernetes Secrets (no kubectl; `dpufs certs generate` writes files only; docs/deploy.md, \"Not yet\"). Make the Secret yourself and give its name in tls.existingSecret: %s" $certs) -}}
-{{- end -}}
 {{- if .Values.engine.enabled -}}
 {{- if .Values.daos.endpoints -}}
 {{- fail "daos.endpoints is for an external DAOS system (engine.enabled=false); with the chart's engine the DaosSystem points at the engine's Service. Remove daos.endpoints or set engine.enabled=false." -}}
 {{- end -}}
-{{- if and (not .Values.daos.insecure) (not .Values.tls.existingSecret) -}}
-{{- fail (printf "the chart's engine needs its certificates: set tls.existingSecret to a Secret with daosCA.crt, server.crt, server.key, admin.crt and admin.key (%s), or daos.insecure=true for a plaintext trial." $certs) -}}
+{{- if and (not .Values.daos.insecure) (not (include "dpufs.tlsSecret" .)) -}}
+{{- fail (printf "the chart's engine needs its certificates: leave tls.generate=true (the install hook makes them), or set tls.existingSecret to a Secret with daosCA.crt, server.crt, server.key, admin.crt and admin.key (%s), or daos.insecure=true for a plaintext trial." $certs) -}}
 {{- end -}}
-{{- if not .Values.agentKey.existingSecret -}}
-{{- fail "the chart's engine needs the node agent's key: set agentKey.existingSecret to a Secret with agent.key and agent.pub: openssl genpkey -algorithm ed25519 -out agent.key && openssl pkey -in agent.key -pubout -out agent.pub && kubectl -n <namespace> create secret generic dpufs-agent-key --from-file=agent.key --from-file=agent.pub" -}}
+{{- if not (include "dpufs.agentKeySecret" .) -}}
+{{- fail "the chart's engine needs the node agent's key: leave agentKey.generate=true (the install hook makes it), or set agentKey.existingSecret to a Secret with agent.key and agent.pub (dpufs certs secrets --namespace <namespace> --agent-key-secret dpufs-agent-key)." -}}
 {{- end -}}
 {{- else -}}
 {{- if not .Values.daos.endpoints -}}

@@ -1,5 +1,9 @@
 //! `dpufs certs generate DIR`: a DAOS certificate set (CA, admin, agent,
 //! server) in DAOS's layout and file modes, for development clusters and tests.
+//! `dpufs certs secrets`: the same set, and the node agent's signing key, as Kubernetes
+//! Secrets (what the chart's install hook runs, [`secrets`]).
+
+mod secrets;
 
 use crate::output::Out;
 use clap::Subcommand;
@@ -14,10 +18,18 @@ pub enum CertsCmd {
         /// Target directory (created; existing files are replaced).
         dir: PathBuf,
     },
+    /// Makes the Secrets a DAOS system and its clients need, in the cluster of the kubeconfig
+    /// (or of the pod it runs in): a certificate set (daosCA.crt, server.crt, server.key,
+    /// admin.crt, admin.key) and the node agent's signing key (agent.key, agent.pub). A Secret
+    /// that exists is left as it is, so running it again (an upgrade) rotates nothing.
+    Secrets(secrets::SecretsArgs),
 }
 
-pub fn run(cmd: CertsCmd, out: Out) -> anyhow::Result<()> {
-    let CertsCmd::Generate { dir } = cmd;
+pub async fn run(cmd: CertsCmd, out: Out) -> anyhow::Result<()> {
+    let dir = match cmd {
+        CertsCmd::Generate { dir } => dir,
+        CertsCmd::Secrets(args) => return secrets::run(args, out).await,
+    };
     dpufs_daos::certs::generate(&dir)
         .map_err(|e| anyhow::anyhow!("generating certificates in {}: {e}", dir.display()))?;
     out.show(
