@@ -57,6 +57,7 @@ DPUFS_BINARIES = {"dpufs", "dpufs-csi", "dpufs-engine", "dpufs-operator"}
 OTHER_COMMANDS = {
     "install": "coreutils install: copies the engine's TLS files with DAOS's file modes",
     "sh": "the helm test's shell script (write and read back a volume)",
+    "chown": "coreutils chown: gives the engine's host directory to the engine's user",
 }
 
 # Flags of the kubernetes-csi sidecars, which cannot be run here. From their sources at the
