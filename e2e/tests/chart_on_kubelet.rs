@@ -1,0 +1,412 @@
+//! The Helm chart on a real Kubernetes node, as a user drives it: `helm install` with the
+//! defaults (Helm's Go library through `tools/chart/helm.py`), the operator, controller, node
+//! plugin and engine Ready; `kubectl apply` of a DaosPool and two DaosTenants →
+//! `kubectl wait --for=condition=Ready`; a PVC in each tenant's namespace and a pod writing and
+//! reading it back with a checksum; `helm test`; then the claims, the pool and the release go,
+//! and the DAOS system has no pool left.
+//!
+//! Runs when `KUBECONFIG` names a cluster whose node has the dpufs image
+//! (`docker.io/library/dpufs:<version>`, docs/deploy.md "The image"); skipped, loudly,
+//! otherwise. `DPUFS_E2E_SIDECARS=<repository prefix>` makes the CSI sidecars
+//! `<prefix>/<name>:local` images (clusters that cannot pull from registry.k8s.io).
+//! docs/testing.md, "The chart on a real node", records a run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const RELEASE: &str = "dpufs";
+const NAMESPACE: &str = "dpufs-system";
+const IMAGE: &str = concat!("docker.io/library/dpufs:", env!("CARGO_PKG_VERSION"));
+
+fn loud(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{text}");
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Runs a command, returning its output; panics with its stderr when it fails.
+fn run(what: &str, cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    check(what, &out);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn check(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn kubectl(args: &[&str]) -> Command {
+    let mut c = Command::new("kubectl");
+    c.args(args);
+    c
+}
+
+/// `kubectl apply -f -` of `yaml`.
+fn apply(yaml: &str) {
+    use std::io::Write;
+    let mut child = kubectl(&["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl apply");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(yaml.as_bytes())
+        .unwrap();
+    check("kubectl apply", &child.wait_with_output().unwrap());
+}
+
+fn helm(args: &[&str]) -> String {
+    run(
+        &format!("helm {}", args.join(" ")),
+        Command::new("python3")
+            .arg(repo().join("tools/chart/helm.py"))
+            .args(args),
+    )
+}
+
+/// Why the test cannot run here, if it cannot.
+fn absent() -> Option<String> {
+    let Some(config) = std::env::var_os("KUBECONFIG") else {
+        return Some("KUBECONFIG is not set".into());
+    };
+    if !Path::new(&config).exists() {
+        return Some(format!("KUBECONFIG {config:?} does not exist"));
+    }
+    let images = match kubectl(&[
+        "get",
+        "nodes",
+        "-o",
+        "jsonpath={.items[*].status.images[*].names}",
+    ])
+    .output()
+    {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Ok(out) => {
+            return Some(format!(
+                "the cluster does not answer: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Err(e) => return Some(format!("no kubectl: {e}")),
+    };
+    if !images.contains(IMAGE) {
+        return Some(format!(
+            "no node has the image {IMAGE} (tools/image/build.sh, then ctr -n k8s.io images import)"
+        ));
+    }
+    let sdk = Command::new("python3")
+        .args(["-c", "import helm_python"])
+        .output();
+    if !sdk.is_ok_and(|o| o.status.success()) {
+        return Some("python3 cannot import helm_python (pip install helm-python-sdk)".into());
+    }
+    None
+}
+
+/// Values for the install: the defaults, but for what this cluster lacks: sidecar images it
+/// cannot pull, and cluster DNS (without it the DaosSystem names the engine's node address).
+fn values() -> Vec<String> {
+    let mut args = vec![];
+    if !has_cluster_dns() {
+        let node = run(
+            "kubectl get nodes",
+            &mut kubectl(&[
+                "get",
+                "nodes",
+                "-o",
+                "jsonpath={.items[0].status.addresses[?(@.type==\"InternalIP\")].address}",
+            ]),
+        );
+        loud(&format!(
+            "no cluster DNS: engine.advertiseEndpoints = {node}:10001 (the engine's node)"
+        ));
+        let set = serde_json::json!({"engine": {"advertiseEndpoints": [format!("{node}:10001")]}});
+        args.extend(["--set-json".to_string(), set.to_string()]);
+    }
+    let Ok(prefix) = std::env::var("DPUFS_E2E_SIDECARS") else {
+        return args;
+    };
+    let image = |name: &str| serde_json::json!({"image": {"repository": format!("{prefix}/{name}"), "tag": "local"}});
+    let set = serde_json::json!({"sidecars": {
+        "provisioner": image("csi-provisioner"),
+        "snapshotter": image("csi-snapshotter"),
+        "resizer": image("csi-resizer"),
+        "livenessProbe": image("livenessprobe"),
+        "nodeDriverRegistrar": image("csi-node-driver-registrar"),
+    }});
+    args.extend(["--set-json".to_string(), set.to_string()]);
+    args
+}
+
+/// Whether the cluster runs a DNS service (kube-dns, the name CoreDNS also serves under).
+fn has_cluster_dns() -> bool {
+    kubectl(&["-n", "kube-system", "get", "service", "kube-dns"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn timed<T>(what: &str, timings: &mut Vec<(String, Duration)>, f: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let out = f();
+    let took = started.elapsed();
+    loud(&format!("[{:>6.1}s] {what}", took.as_secs_f64()));
+    timings.push((what.to_string(), took));
+    out
+}
+
+const POOL_AND_TENANTS: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-b}
+---
+apiVersion: dpufs.io/v1alpha1
+kind: DaosPool
+metadata: {name: default}
+spec:
+  systemRef: dpufs
+  size: {totalBytes: 8Gi}
+  deletionPolicy: Delete
+---
+apiVersion: dpufs.io/v1alpha1
+kind: DaosTenant
+metadata: {name: team-a}
+spec: {namespaces: [team-a], allowedPools: [default], principal: team-a@}
+---
+apiVersion: dpufs.io/v1alpha1
+kind: DaosTenant
+metadata: {name: team-b}
+spec: {namespaces: [team-b], allowedPools: [default], principal: team-b@}
+"#;
+
+/// A claim and a pod that writes 16 MiB of random bytes, reads them back through a fresh open
+/// and compares the checksums.
+fn claim_and_pod(namespace: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: data, namespace: {namespace}}}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: dpufs
+  resources: {{requests: {{storage: 1Gi}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: writer, namespace: {namespace}}}
+spec:
+  restartPolicy: Never
+  containers:
+    - name: writer
+      image: {IMAGE}
+      imagePullPolicy: IfNotPresent
+      securityContext: {{runAsUser: 0}}
+      command: [sh, -c]
+      args:
+        - |
+          set -e
+          head -c 16777216 /dev/urandom > /tmp/src
+          cp /tmp/src /data/file
+          sync
+          a=$(cksum < /tmp/src); b=$(cksum < /data/file)
+          echo "wrote $a read $b"
+          [ "$a" = "$b" ]
+      volumeMounts: [{{name: data, mountPath: /data}}]
+  volumes:
+    - name: data
+      persistentVolumeClaim: {{claimName: data}}
+"#
+    )
+}
+
+/// The pools of the DAOS system, asked by `dpufs pool list` in a pod with the administrator's
+/// certificates (the Secret the install hook made) at the DaosSystem's endpoint.
+fn daos_pools() -> Vec<serde_json::Value> {
+    let endpoint = run(
+        "kubectl get daossystem",
+        &mut kubectl(&[
+            "get",
+            "daossystem/dpufs",
+            "-o",
+            "jsonpath={.spec.endpoints[0]}",
+        ]),
+    );
+    let pod = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: daos-pools, namespace: {NAMESPACE}}}
+spec:
+  restartPolicy: Never
+  containers:
+    - name: pools
+      image: {IMAGE}
+      imagePullPolicy: IfNotPresent
+      securityContext: {{runAsUser: 0}}
+      command: [dpufs, --json, --endpoint, "{endpoint}", --tls-dir, /certs, pool, list]
+      volumeMounts: [{{name: certs, mountPath: /certs}}]
+  volumes:
+    - name: certs
+      secret:
+        secretName: dpufs-daos-certs
+        defaultMode: 0400
+        items: [{{key: daosCA.crt, path: daosCA.crt}}, {{key: admin.crt, path: admin.crt}}, {{key: admin.key, path: admin.key}}]
+"#
+    );
+    apply(&pod);
+    run(
+        "kubectl wait daos-pools",
+        &mut kubectl(&[
+            "-n",
+            NAMESPACE,
+            "wait",
+            "--for=jsonpath={.status.phase}=Succeeded",
+            "pod/daos-pools",
+            "--timeout=120s",
+        ]),
+    );
+    let out = run(
+        "kubectl logs daos-pools",
+        &mut kubectl(&["-n", NAMESPACE, "logs", "daos-pools"]),
+    );
+    run(
+        "kubectl delete daos-pools",
+        &mut kubectl(&["-n", NAMESPACE, "delete", "pod/daos-pools"]),
+    );
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("dpufs pool list: {e}: {out}"))
+}
+
+/// A release left by an earlier run that failed half-way goes first.
+fn clean_start() {
+    let _ = Command::new("python3")
+        .arg(repo().join("tools/chart/helm.py"))
+        .args(["uninstall", RELEASE, NAMESPACE])
+        .output();
+}
+
+#[test]
+fn helm_install_pool_claims_pods_and_uninstall_on_a_real_node() {
+    if let Some(why) = absent() {
+        loud(&format!(
+            "!!!!! SKIPPED helm_install_pool_claims_pods_and_uninstall_on_a_real_node: {why}"
+        ));
+        return;
+    }
+    clean_start();
+    let mut timings = Vec::new();
+    let mut install = vec!["install", RELEASE, NAMESPACE];
+    let extra = values();
+    install.extend(extra.iter().map(String::as_str));
+    timed("helm install (defaults)", &mut timings, || helm(&install));
+    timed("every pod of the release Ready", &mut timings, || {
+        run(
+            "kubectl wait pods",
+            &mut kubectl(&[
+                "-n",
+                NAMESPACE,
+                "wait",
+                "--for=condition=Ready",
+                "pod",
+                "-l",
+                "app.kubernetes.io/instance=dpufs,app.kubernetes.io/component!=secrets-hook",
+                "--timeout=300s",
+            ]),
+        )
+    });
+    timed("DaosSystem Ready", &mut timings, || {
+        run(
+            "kubectl wait daossystem",
+            &mut kubectl(&[
+                "wait",
+                "--for=condition=Ready",
+                "daossystem/dpufs",
+                "--timeout=120s",
+            ]),
+        )
+    });
+    timed("DaosPool and two DaosTenants Ready", &mut timings, || {
+        apply(POOL_AND_TENANTS);
+        for object in ["daospool/default", "daostenant/team-a", "daostenant/team-b"] {
+            run(
+                "kubectl wait",
+                &mut kubectl(&["wait", "--for=condition=Ready", object, "--timeout=120s"]),
+            );
+        }
+    });
+    timed(
+        "a claim and a checksummed write and read in each tenant",
+        &mut timings,
+        || {
+            for ns in ["team-a", "team-b"] {
+                apply(&claim_and_pod(ns));
+            }
+            for ns in ["team-a", "team-b"] {
+                run(
+                    "kubectl wait writer",
+                    &mut kubectl(&[
+                        "-n",
+                        ns,
+                        "wait",
+                        "--for=jsonpath={.status.phase}=Succeeded",
+                        "pod/writer",
+                        "--timeout=300s",
+                    ]),
+                );
+                let log = run("kubectl logs", &mut kubectl(&["-n", ns, "logs", "writer"]));
+                loud(&format!("  {ns}: {}", log.trim()));
+            }
+        },
+    );
+    timed("helm test", &mut timings, || {
+        helm(&["test", RELEASE, NAMESPACE])
+    });
+    timed("claims, tenants and the pool deleted", &mut timings, || {
+        for ns in ["team-a", "team-b"] {
+            run(
+                "kubectl delete",
+                &mut kubectl(&["-n", ns, "delete", "pod/writer", "pvc/data", "--wait=true"]),
+            );
+        }
+        run(
+            "kubectl delete",
+            &mut kubectl(&[
+                "delete",
+                "daostenant/team-a",
+                "daostenant/team-b",
+                "daospool/default",
+                "--wait=true",
+                "--timeout=120s",
+            ]),
+        );
+    });
+    let pools = timed("DAOS asked for its pools", &mut timings, daos_pools);
+    assert!(pools.is_empty(), "pools left in DAOS: {pools:?}");
+    timed("helm uninstall", &mut timings, || {
+        helm(&["uninstall", RELEASE, NAMESPACE])
+    });
+    let total: Duration = timings.iter().map(|(_, d)| *d).sum();
+    loud(&format!(
+        "chart on a real node: {:.1}s in all",
+        total.as_secs_f64()
+    ));
+}
