@@ -227,6 +227,7 @@ spec:
           set -e
           head -c 16777216 /dev/urandom > /tmp/src
           cp /tmp/src /data/file
+          cksum < /tmp/src > /data/sum
           sync
           a=$(cksum < /tmp/src); b=$(cksum < /data/file)
           echo "wrote $a read $b"
@@ -237,6 +238,268 @@ spec:
       persistentVolumeClaim: {{claimName: data}}
 "#
     )
+}
+
+/// A pod in `namespace` running `script` with the claim `claim` at /data.
+fn pod(namespace: &str, name: &str, claim: &str, script: &str) -> String {
+    let script = script
+        .lines()
+        .map(|l| format!("          {l}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  restartPolicy: Never
+  containers:
+    - name: main
+      image: {IMAGE}
+      imagePullPolicy: IfNotPresent
+      securityContext: {{runAsUser: 0}}
+      command: [sh, -c]
+      args:
+        - |
+{script}
+      volumeMounts: [{{name: data, mountPath: /data}}]
+  volumes:
+    - name: data
+      persistentVolumeClaim: {{claimName: {claim}}}
+"#
+    )
+}
+
+fn wait_succeeded(namespace: &str, pod: &str, timeout: &str) -> String {
+    let done = kubectl(&[
+        "-n",
+        namespace,
+        "wait",
+        "--for=jsonpath={.status.phase}=Succeeded",
+        &format!("pod/{pod}"),
+        &format!("--timeout={timeout}"),
+    ])
+    .output()
+    .expect("kubectl wait");
+    let log = run(
+        "kubectl logs",
+        &mut kubectl(&["-n", namespace, "logs", pod]),
+    );
+    assert!(
+        done.status.success(),
+        "pod {namespace}/{pod} did not succeed: {}\nlog:\n{log}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    log
+}
+
+fn jsonpath(args: &[&str], path: &str) -> String {
+    let mut all: Vec<&str> = args.to_vec();
+    let flag = format!("jsonpath={path}");
+    all.extend(["-o", &flag]);
+    run("kubectl get", &mut kubectl(&all))
+}
+
+/// PVC expansion: the claim grows online (ControllerExpandVolume raises the quota).
+fn expand() {
+    run(
+        "kubectl patch pvc",
+        &mut kubectl(&[
+            "-n",
+            "team-a",
+            "patch",
+            "pvc/data",
+            "-p",
+            r#"{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}"#,
+        ]),
+    );
+    run(
+        "kubectl wait expansion",
+        &mut kubectl(&[
+            "-n",
+            "team-a",
+            "wait",
+            "--for=jsonpath={.status.capacity.storage}=2Gi",
+            "pvc/data",
+            "--timeout=120s",
+        ]),
+    );
+}
+
+/// A VolumeSnapshot of team-a's claim and a claim restored from it, whose file has the
+/// checksum the writer recorded.
+fn snapshot_and_restore() {
+    apply(
+        r#"
+apiVersion: snapshot.storage.k8s.io/v1
+kind: VolumeSnapshot
+metadata: {name: snap, namespace: team-a}
+spec:
+  volumeSnapshotClassName: dpufs
+  source: {persistentVolumeClaimName: data}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: restored, namespace: team-a}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: dpufs
+  resources: {requests: {storage: 2Gi}}
+  dataSource: {apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: snap}
+"#,
+    );
+    run(
+        "kubectl wait snapshot",
+        &mut kubectl(&[
+            "-n",
+            "team-a",
+            "wait",
+            "--for=jsonpath={.status.readyToUse}=true",
+            "volumesnapshot/snap",
+            "--timeout=120s",
+        ]),
+    );
+    apply(&pod(
+        "team-a",
+        "reader",
+        "restored",
+        "set -e\n[ \"$(cksum < /data/file)\" = \"$(cat /data/sum)\" ]\necho restored file matches",
+    ));
+    let log = wait_succeeded("team-a", "reader", "300s");
+    loud(&format!("  snapshot: {}", log.trim()));
+}
+
+/// team-a's volume offered to team-b by a PersistentVolume written by hand: the node plugin
+/// refuses to publish it into team-b's pod, which never starts.
+fn other_tenant_is_refused() {
+    let pv = jsonpath(&["-n", "team-a", "get", "pvc/data"], "{.spec.volumeName}");
+    let handle = jsonpath(&["get", &format!("pv/{pv}")], "{.spec.csi.volumeHandle}");
+    apply(&format!(
+        r#"
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: stolen}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteMany]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ""
+  claimRef: {{namespace: team-b, name: stolen}}
+  csi: {{driver: dfs.dpufs.io, volumeHandle: "{handle}"}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: stolen, namespace: team-b}}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: ""
+  volumeName: stolen
+  resources: {{requests: {{storage: 1Gi}}}}
+"#
+    ));
+    apply(&pod(
+        "team-b",
+        "thief",
+        "stolen",
+        "cat /data/file > /dev/null",
+    ));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let events = run(
+            "kubectl get events",
+            &mut kubectl(&[
+                "-n",
+                "team-b",
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=thief,reason=FailedMount",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ]),
+        );
+        if events.contains("PermissionDenied") {
+            loud(&format!(
+                "  other tenant refused: {}",
+                events.lines().next().unwrap_or("")
+            ));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no refusal of team-b's pod: {events:?}"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let phase = jsonpath(&["-n", "team-b", "get", "pod/thief"], "{.status.phase}");
+    assert_eq!(
+        phase, "Pending",
+        "team-b's pod never runs with team-a's volume"
+    );
+    run(
+        "kubectl delete",
+        &mut kubectl(&[
+            "-n",
+            "team-b",
+            "delete",
+            "pod/thief",
+            "pvc/stolen",
+            "--wait=true",
+        ]),
+    );
+    run(
+        "kubectl delete",
+        &mut kubectl(&["delete", "pv/stolen", "--wait=true"]),
+    );
+}
+
+/// The node plugin's pod is deleted while a pod writes: the DaemonSet's new plugin adopts the
+/// mounts (the keeper serves them meanwhile) and the writer never sees an error.
+fn node_plugin_restart_under_io() {
+    apply(&pod(
+        "team-a",
+        "busy",
+        "data",
+        "set -e\nfor i in $(seq 1 120); do dd if=/dev/urandom of=/data/busy bs=1M count=1 status=none; sleep 0.2; done\necho 120 writes done",
+    ));
+    run(
+        "kubectl wait busy",
+        &mut kubectl(&[
+            "-n",
+            "team-a",
+            "wait",
+            "--for=condition=Ready",
+            "pod/busy",
+            "--timeout=120s",
+        ]),
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    run(
+        "kubectl delete node plugin",
+        &mut kubectl(&[
+            "-n",
+            NAMESPACE,
+            "delete",
+            "pod",
+            "-l",
+            "app.kubernetes.io/component=node",
+            "--wait=true",
+        ]),
+    );
+    run(
+        "kubectl rollout status",
+        &mut kubectl(&[
+            "-n",
+            NAMESPACE,
+            "rollout",
+            "status",
+            "daemonset/dpufs-node",
+            "--timeout=120s",
+        ]),
+    );
+    let log = wait_succeeded("team-a", "busy", "300s");
+    loud(&format!("  through a node plugin restart: {}", log.trim()));
 }
 
 /// The pools of the DAOS system, asked by `dpufs pool list` in a pod with the administrator's
@@ -377,28 +640,61 @@ fn helm_install_pool_claims_pods_and_uninstall_on_a_real_node() {
             }
         },
     );
+    timed("PVC expansion to 2Gi", &mut timings, expand);
+    timed(
+        "a VolumeSnapshot and a claim restored from it",
+        &mut timings,
+        snapshot_and_restore,
+    );
+    timed(
+        "team-a's volume refused to team-b's pod",
+        &mut timings,
+        other_tenant_is_refused,
+    );
+    timed(
+        "node plugin restarted under I/O",
+        &mut timings,
+        node_plugin_restart_under_io,
+    );
     timed("helm test", &mut timings, || {
         helm(&["test", RELEASE, NAMESPACE])
     });
-    timed("claims, tenants and the pool deleted", &mut timings, || {
-        for ns in ["team-a", "team-b"] {
+    timed(
+        "claims, snapshot, tenants and the pool deleted",
+        &mut timings,
+        || {
             run(
                 "kubectl delete",
-                &mut kubectl(&["-n", ns, "delete", "pod/writer", "pvc/data", "--wait=true"]),
+                &mut kubectl(&[
+                    "-n",
+                    "team-a",
+                    "delete",
+                    "pod/reader",
+                    "pod/busy",
+                    "pvc/restored",
+                    "volumesnapshot/snap",
+                    "--wait=true",
+                ]),
             );
-        }
-        run(
-            "kubectl delete",
-            &mut kubectl(&[
-                "delete",
-                "daostenant/team-a",
-                "daostenant/team-b",
-                "daospool/default",
-                "--wait=true",
-                "--timeout=120s",
-            ]),
-        );
-    });
+            for ns in ["team-a", "team-b"] {
+                run(
+                    "kubectl delete",
+                    &mut kubectl(&["-n", ns, "delete", "pod/writer", "pvc/data", "--wait=true"]),
+                );
+            }
+            run(
+                "kubectl delete",
+                &mut kubectl(&[
+                    "delete",
+                    "daostenant/team-a",
+                    "daostenant/team-b",
+                    "daospool/default",
+                    "--wait=true",
+                    "--timeout=120s",
+                ]),
+            );
+        },
+    );
     let pools = timed("DAOS asked for its pools", &mut timings, daos_pools);
     assert!(pools.is_empty(), "pools left in DAOS: {pools:?}");
     timed("helm uninstall", &mut timings, || {

@@ -78,9 +78,31 @@ fn move_into(cgroup: &Path) -> Result<()> {
         }
         _ => {}
     }
+    inherit_cpuset(cgroup)?;
     // "0" names the writing process.
     std::fs::write(cgroup.join("cgroup.procs"), "0")
         .with_context(|| format!("join {}", cgroup.display()))
+}
+
+/// A new cgroup v1 cpuset has no CPUs and no memory nodes, and joining it fails with ENOSPC:
+/// it gets its parent's, as systemd and runc do. Other hierarchies have no such files.
+fn inherit_cpuset(cgroup: &Path) -> Result<()> {
+    let Some(parent) = cgroup.parent() else {
+        return Ok(());
+    };
+    for file in ["cpuset.cpus", "cpuset.mems"] {
+        let (own, theirs) = (cgroup.join(file), parent.join(file));
+        let Ok(current) = std::fs::read_to_string(&own) else {
+            continue;
+        };
+        if current.trim().is_empty() {
+            let value = std::fs::read_to_string(&theirs)
+                .with_context(|| format!("read {}", theirs.display()))?;
+            std::fs::write(&own, value.trim())
+                .with_context(|| format!("write {}", own.display()))?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -91,5 +113,37 @@ mod tests {
     fn this_process_has_its_own_pid_at_the_innermost_level() {
         let pids = ns_pids("self").unwrap();
         assert_eq!(pids[pids.len() - 1], std::process::id());
+    }
+
+    /// A cpuset cgroup (v1) takes its parent's CPUs and memory nodes; what has none of those
+    /// files, or has them set, is left alone.
+    #[test]
+    fn a_new_cpuset_gets_its_parents_cpus_and_memory_nodes() {
+        let root = tempfile::tempdir().unwrap();
+        let child = root.path().join("dpufs-keeper");
+        std::fs::create_dir(&child).unwrap();
+        std::fs::write(root.path().join("cpuset.cpus"), "0-3\n").unwrap();
+        std::fs::write(root.path().join("cpuset.mems"), "0\n").unwrap();
+        std::fs::write(child.join("cpuset.cpus"), "\n").unwrap();
+        std::fs::write(child.join("cpuset.mems"), "").unwrap();
+        inherit_cpuset(&child).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(child.join("cpuset.cpus")).unwrap(),
+            "0-3"
+        );
+        assert_eq!(
+            std::fs::read_to_string(child.join("cpuset.mems")).unwrap(),
+            "0"
+        );
+        std::fs::write(child.join("cpuset.cpus"), "1").unwrap();
+        inherit_cpuset(&child).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(child.join("cpuset.cpus")).unwrap(),
+            "1"
+        );
+        let other = root.path().join("pids");
+        std::fs::create_dir(&other).unwrap();
+        inherit_cpuset(&other).unwrap();
+        assert!(!other.join("cpuset.cpus").exists());
     }
 }

@@ -2,6 +2,7 @@
 //! pod's target (read-only when asked or when the volume was staged for reading), after
 //! checking that the pod's namespace belongs to the volume's tenant.
 
+use super::DPUFS_FSTYPE;
 use super::mounts;
 use super::reader_only;
 use super::record::{StagedVolume, VolumeFiles};
@@ -166,7 +167,10 @@ impl NodeService {
             .try_lock(format!("target {}", target.display()))?;
         let ours = self.staged_devices();
         while let Some(m) = mounts::at(&target).map_err(node_err("reading the mount table"))? {
-            if !ours.contains(&m.dev) {
+            // A dpufs mount whose device no staged volume has is ours too: the bind of a
+            // connection that died (its worker killed with a node whose keeper went with it)
+            // and was mounted anew at the staging path since.
+            if !ours.contains(&m.dev) && m.fstype != DPUFS_FSTYPE {
                 return Err(PublishError::NotOurMount {
                     target: target.display().to_string(),
                 });
