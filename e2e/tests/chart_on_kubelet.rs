@@ -559,8 +559,24 @@ spec:
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("dpufs pool list: {e}: {out}"))
 }
 
-/// A release left by an earlier run that failed half-way goes first.
+/// What an earlier run that failed half-way left goes first, while the release that serves
+/// it (the operator's finalizers, the CSI driver's deletes) is still there; then the release.
 fn clean_start() {
+    let leftovers: [&[&str]; 3] = [
+        &["delete", "namespace", "team-a", "team-b"],
+        &["delete", "pv", "stolen"],
+        &[
+            "delete",
+            "daostenant/team-a",
+            "daostenant/team-b",
+            "daospool/default",
+        ],
+    ];
+    for args in leftovers {
+        let mut all = args.to_vec();
+        all.extend(["--ignore-not-found", "--wait=true", "--timeout=180s"]);
+        let _ = kubectl(&all).output();
+    }
     let _ = Command::new("python3")
         .arg(repo().join("tools/chart/helm.py"))
         .args(["uninstall", RELEASE, NAMESPACE])
