@@ -4,8 +4,9 @@
 //! etcd (`dpufs_e2e::kube_api`; skipped loudly without its binaries, a failure with
 //! `DPUFS_REQUIRE_KUBE=1`). Every scenario runs on both through [`on_both!`].
 //!
-//! On the real API server the plugin runs as the user `dpufs-csi`, which may do only what
-//! [`RBAC_RULES`] grant: exactly the RBAC docs/csi.md lists for the directory.
+//! On the real API server the plugin runs as the user `dpufs-csi`, which may do only what the
+//! chart grants the driver (`tools/chart/api-calls.yaml`); on the fake, every call it makes is
+//! recorded and must be in that list.
 
 use dpufs_api::{DaosPool, DaosSystem, DaosTenant};
 use dpufs_csi::csi::directory::{
@@ -38,18 +39,6 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// The user the plugin runs as on the real API server.
 const PLUGIN_USER: &str = "dpufs-csi";
-
-/// The RBAC rules the directory needs (docs/csi.md, "Directory"): (API group, resources,
-/// verbs). A real API server enforces them: the scenarios run the plugin with these alone.
-const RBAC_RULES: &[(&str, &[&str], &[&str])] = &[
-    (
-        "dpufs.io",
-        &["daossystems", "daospools", "daostenants"],
-        &["list", "watch"],
-    ),
-    ("", &["namespaces"], &["list", "watch"]),
-    ("", &["secrets"], &["get"]),
-];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Backend {
@@ -94,12 +83,14 @@ enum Server {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        if let Server::Fake {
-            serving: Some(task),
-            ..
-        } = &self.server
-        {
-            task.abort();
+        if let Server::Fake { fake, serving, .. } = &self.server {
+            if let Some(task) = serving {
+                task.abort();
+            }
+            if !std::thread::panicking() {
+                // What the plugin asked is what the chart grants it.
+                dpufs_kube::testing::rbac::assert_granted(&fake.api_calls(PLUGIN_USER), "driver");
+            }
         }
     }
 }
@@ -150,7 +141,7 @@ impl Cluster {
             .unwrap();
     }
 
-    /// Lets the plugin in: on the real server, binds [`RBAC_RULES`] to its user; on the
+    /// Lets the plugin in: on the real server, binds the chart's driver rules to its user; on the
     /// fake, starts answering on the HTTP port it has been connecting to.
     async fn admit_plugin(&mut self) {
         match &mut self.server {
@@ -161,13 +152,16 @@ impl Cluster {
                 ..
             } => {
                 let listener = listener.take().expect("admitted once");
-                *serving = Some(fake.serve_http(listener));
+                *serving = Some(fake.as_user(PLUGIN_USER).serve_http(listener));
             }
             Server::Real(_) => {
-                let rules: Vec<Value> = RBAC_RULES
-                    .iter()
-                    .map(|(group, resources, verbs)| {
-                        json!({"apiGroups": [group], "resources": resources, "verbs": verbs})
+                // Exactly what the chart grants the driver (tools/chart/api-calls.yaml, which
+                // tools/chart/check.py holds the chart's roles to): a real API server refuses
+                // the plugin anything else.
+                let rules: Vec<Value> = dpufs_kube::testing::rbac::granted("driver")
+                    .into_iter()
+                    .map(|(group, resource, verb)| {
+                        json!({"apiGroups": [group], "resources": [resource], "verbs": [verb]})
                     })
                     .collect();
                 let role: ClusterRole = serde_json::from_value(json!({
@@ -778,7 +772,7 @@ async fn the_directory_follows_the_crds(backend: Backend) {
     cluster.admit_plugin().await;
     let client = match &cluster.server {
         // The fake's in-process client: the HTTP face is the binary's.
-        Server::Fake { fake, .. } => fake.client(),
+        Server::Fake { fake, .. } => fake.client_as(PLUGIN_USER),
         Server::Real(_) => cluster.plugin_client().await,
     };
     let mut config = KubeDirectoryConfig::new(cluster.dir.path().join("tls"));

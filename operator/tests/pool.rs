@@ -20,6 +20,9 @@ use support::{Backend, Cluster, DaosBed, WAIT, context, wait_for};
 struct Harness {
     cluster: Cluster,
     client: kube::Client,
+    /// The operator's own client: on the fake, its calls are recorded apart from the test's
+    /// and checked against the chart's RBAC when the harness goes.
+    operator_client: kube::Client,
     bed: DaosBed,
     pools: Api<DaosPool>,
     operator: Option<tokio::task::JoinHandle<()>>,
@@ -50,17 +53,22 @@ impl Harness {
     async fn start(backend: Backend, ranks: u32, tls: bool, controllers: bool) -> Option<Harness> {
         let (cluster, client) = Cluster::start_with(backend, &test_name(), controllers).await?;
         let bed = DaosBed::start(&client, ranks, tls).await;
+        let operator_client = match cluster.fake() {
+            Some(fake) => fake.client_as(OPERATOR),
+            None => client.clone(),
+        };
         Some(Harness {
             pools: Api::all(client.clone()),
             cluster,
             client,
+            operator_client,
             bed,
             operator: None,
         })
     }
 
     fn context(&self, id: &str) -> Arc<Context> {
-        context(&self.client, &self.bed.dir.path().join(id))
+        context(&self.operator_client, &self.bed.dir.path().join(id))
     }
 
     fn start_operator(&mut self) {
@@ -121,9 +129,17 @@ impl Harness {
     }
 }
 
+/// The operator's name in the fake's records.
+const OPERATOR: &str = "dpufs-operator";
+
 impl Drop for Harness {
     fn drop(&mut self) {
         self.stop_operator();
+        if let Some(fake) = self.cluster.fake()
+            && !std::thread::panicking()
+        {
+            dpufs_kube::testing::rbac::assert_granted(&fake.api_calls(OPERATOR), "operator");
+        }
     }
 }
 

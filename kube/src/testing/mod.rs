@@ -38,6 +38,7 @@ use std::task::{Context, Poll};
 use tokio::sync::broadcast;
 
 mod over_http;
+pub mod rbac;
 
 /// Response body of the fake: whole documents or a watch stream.
 pub type FakeBody = UnsyncBoxBody<Bytes, Infallible>;
@@ -67,6 +68,8 @@ struct State {
     history: Vec<WatchEvent>,
     /// Every request as `METHOD path`, for assertions.
     requests: Vec<String>,
+    /// The API calls of each named client ([`FakeApiServer::client_as`]), for RBAC checks.
+    calls: BTreeSet<rbac::ApiCall>,
     /// Server-side apply: what each field manager last applied, per object.
     managed: BTreeMap<Key, Managed>,
 }
@@ -80,6 +83,8 @@ type Managed = BTreeMap<(String, bool), BTreeSet<Vec<String>>>;
 pub struct FakeApiServer {
     state: Arc<Mutex<State>>,
     events: broadcast::Sender<WatchEvent>,
+    /// Who this handle's requests are recorded for ([`FakeApiServer::client_as`]).
+    user: Option<Arc<str>>,
 }
 
 impl Default for FakeApiServer {
@@ -297,7 +302,32 @@ impl FakeApiServer {
         FakeApiServer {
             state: Arc::default(),
             events: broadcast::channel(1024).0,
+            user: None,
         }
+    }
+
+    /// A client whose API calls are recorded under `user` ([`FakeApiServer::api_calls`]):
+    /// what a component of ours does, apart from what the test itself does.
+    pub fn client_as(&self, user: &str) -> kube::Client {
+        kube::Client::new(self.as_user(user), "default")
+    }
+
+    /// This fake, recording what is asked through the returned handle under `user` (to serve
+    /// over HTTP to a process of ours, [`FakeApiServer::serve_http`]).
+    pub fn as_user(&self, user: &str) -> FakeApiServer {
+        let mut named = self.clone();
+        named.user = Some(user.into());
+        named
+    }
+
+    /// The API calls the clients of `user` made.
+    pub fn api_calls(&self, user: &str) -> BTreeSet<rbac::ApiCall> {
+        let st = self.state.lock().expect("lock");
+        st.calls
+            .iter()
+            .filter(|c| c.user == user)
+            .cloned()
+            .collect()
     }
 
     /// A `kube::Client` talking to this fake, default namespace `default`.
@@ -377,6 +407,10 @@ impl FakeApiServer {
         let q = query(&uri);
         let mut st = self.state.lock().expect("lock");
         st.requests.push(format!("{method} {}", uri.path()));
+        if let Some(user) = &self.user {
+            let watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+            st.calls.insert(rbac::ApiCall::of(user, &method, &t, watch));
+        }
         let key = t.key.clone();
         let body: Value = if body.is_empty() {
             Value::Null
