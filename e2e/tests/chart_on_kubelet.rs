@@ -199,9 +199,9 @@ spec: {namespaces: [team-b], allowedPools: [default], principal: team-b@}
 "#;
 
 /// A claim and a pod that writes 16 MiB of random bytes, reads them back through a fresh open
-/// and compares the checksums.
+/// and compares the checksums (and keeps the checksum beside the file, for the snapshot).
 fn claim_and_pod(namespace: &str) -> String {
-    format!(
+    let claim = format!(
         r#"
 apiVersion: v1
 kind: PersistentVolumeClaim
@@ -210,34 +210,17 @@ spec:
   accessModes: [ReadWriteMany]
   storageClassName: dpufs
   resources: {{requests: {{storage: 1Gi}}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: writer, namespace: {namespace}}}
-spec:
-  restartPolicy: Never
-  containers:
-    - name: writer
-      image: {IMAGE}
-      imagePullPolicy: IfNotPresent
-      securityContext: {{runAsUser: 0}}
-      command: [sh, -c]
-      args:
-        - |
-          set -e
-          head -c 16777216 /dev/urandom > /tmp/src
-          cp /tmp/src /data/file
-          cksum < /tmp/src > /data/sum
-          sync
-          a=$(cksum < /tmp/src); b=$(cksum < /data/file)
-          echo "wrote $a read $b"
-          [ "$a" = "$b" ]
-      volumeMounts: [{{name: data, mountPath: /data}}]
-  volumes:
-    - name: data
-      persistentVolumeClaim: {{claimName: data}}
-"#
-    )
+---"#
+    );
+    let script = "set -e
+head -c 16777216 /dev/urandom > /tmp/src
+cp /tmp/src /data/file
+cksum < /tmp/src > /data/sum
+sync
+a=$(cksum < /tmp/src); b=$(cksum < /data/file)
+echo \"wrote $a read $b\"
+[ \"$a\" = \"$b\" ]";
+    claim + &pod(namespace, "writer", "data", script)
 }
 
 /// A pod in `namespace` running `script` with the claim `claim` at /data.
@@ -640,18 +623,7 @@ fn helm_install_pool_claims_pods_and_uninstall_on_a_real_node() {
                 apply(&claim_and_pod(ns));
             }
             for ns in ["team-a", "team-b"] {
-                run(
-                    "kubectl wait writer",
-                    &mut kubectl(&[
-                        "-n",
-                        ns,
-                        "wait",
-                        "--for=jsonpath={.status.phase}=Succeeded",
-                        "pod/writer",
-                        "--timeout=300s",
-                    ]),
-                );
-                let log = run("kubectl logs", &mut kubectl(&["-n", ns, "logs", "writer"]));
+                let log = wait_succeeded(ns, "writer", "300s");
                 loud(&format!("  {ns}: {}", log.trim()));
             }
         },
