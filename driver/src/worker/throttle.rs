@@ -11,6 +11,7 @@
 
 use dpufs_node_api::qos::QosLimits;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How far ahead of its rate a volume may run.
@@ -53,12 +54,16 @@ struct State {
 /// The caps of one worker, shared by its reader threads.
 #[derive(Debug)]
 pub struct Throttle {
+    /// Whether any cap is set: an uncapped volume's reads and writes (the usual case) pass
+    /// without taking the lock every reader thread would otherwise share.
+    limited: AtomicBool,
     state: Mutex<State>,
 }
 
 impl Throttle {
     pub fn new(limits: QosLimits) -> Throttle {
         Throttle {
+            limited: AtomicBool::new(limits.is_limited()),
             state: Mutex::new(State::of(limits, Instant::now())),
         }
     }
@@ -73,11 +78,15 @@ impl Throttle {
         let mut state = self.lock();
         if state.limits != limits {
             *state = State::of(limits, Instant::now());
+            self.limited.store(limits.is_limited(), Ordering::Release);
         }
     }
 
     /// Blocks the calling thread until a request moving `bytes` may run.
     pub fn admit(&self, bytes: u64) {
+        if !self.limited.load(Ordering::Acquire) {
+            return;
+        }
         let wait = self.wait_for(bytes, Instant::now());
         if !wait.is_zero() {
             std::thread::sleep(wait);
@@ -179,12 +188,18 @@ mod tests {
     #[test]
     fn new_limits_apply_at_once_and_lifting_them_ends_the_waits() {
         let t = Throttle::new(QosLimits::UNLIMITED);
+        assert!(
+            !t.limited.load(Ordering::Acquire),
+            "uncapped: admit takes no lock"
+        );
         t.set(limits(None, Some(1)));
+        assert!(t.limited.load(Ordering::Acquire));
         assert_eq!(t.limits(), limits(None, Some(1)));
         let now = Instant::now() + Duration::from_millis(1);
         t.wait_for(1, now);
         assert!(t.wait_for(1, now) > Duration::from_millis(800));
         t.set(QosLimits::UNLIMITED);
+        assert!(!t.limited.load(Ordering::Acquire));
         assert_eq!(t.wait_for(1, now), Duration::ZERO);
     }
 }
