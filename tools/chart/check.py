@@ -663,17 +663,8 @@ def check_refusals(report: Report, helm, chart, base: dict) -> None:
         ("a DaosSystem name of 16 characters", {"daos": {"systemName": "a" * 16}}, "/daos/systemName"),
     ]
     for what, vals, needle in schema_cases:
-        try:
-            chart.validate_schema(merge(base, vals))
-        except helm.HelmValuesError as e:
-            msg = " ".join(str(e).split())
-            if needle in msg:
-                report.ok(what)
-                print(f"  ok    {what}: refused: {msg[:160]}")
-            else:
-                report.fail(f"{what}: refused, but the message does not name {needle}: {msg}")
-        else:
-            report.fail(f"{what}: accepted by values.schema.json; it must be refused")
+        expect_refused(report, what, needle, helm.HelmValuesError, "accepted by values.schema.json",
+                       lambda vals=vals: chart.validate_schema(merge(base, vals)))
     template_cases = [
         ("the engine with tls.generate=false and no Secret", {"tls": {"generate": False}}, "tls.existingSecret"),
         ("the engine with agentKey.generate=false and no Secret", {"agentKey": {"generate": False}},
@@ -683,17 +674,23 @@ def check_refusals(report: Report, helm, chart, base: dict) -> None:
          {"engine": {"enabled": False}, "daos": {"insecure": False, "endpoints": ["10.0.0.1"]}}, "daos.tls.secretName"),
     ]
     for what, vals, needle in template_cases:
-        try:
-            render(helm, chart, merge(base, vals), KUBE_VERSIONS[0], [])
-        except helm.HelmError as e:
-            msg = " ".join(str(e).split())
-            if needle in msg:
-                report.ok(what)
-                print(f"  ok    {what}: refused: {msg[:160]}...")
-            else:
-                report.fail(f"{what}: refused, but the message does not mention {needle}: {msg}")
+        expect_refused(report, what, needle, helm.HelmError, "rendered",
+                       lambda vals=vals: render(helm, chart, merge(base, vals), KUBE_VERSIONS[0], []))
+
+
+def expect_refused(report: Report, what: str, needle: str, error: type, accepted: str, attempt) -> None:
+    """`attempt` must raise `error` with a message naming `needle`."""
+    try:
+        attempt()
+    except error as e:
+        msg = " ".join(str(e).split())
+        if needle in msg:
+            report.ok(what)
+            print(f"  ok    {what}: refused: {msg[:160]}")
         else:
-            report.fail(f"{what}: rendered; the chart must refuse it with a message")
+            report.fail(f"{what}: refused, but the message does not name {needle}: {msg}")
+    else:
+        report.fail(f"{what}: {accepted}; the chart must refuse it with a message")
 
 
 def merge(a: dict, b: dict) -> dict:
