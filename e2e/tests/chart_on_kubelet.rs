@@ -254,15 +254,39 @@ spec:
     )
 }
 
+/// `kubectl [-n NAMESPACE] wait --for=CONDITION TARGET... --timeout=TIMEOUT`.
+fn wait_command(
+    namespace: Option<&str>,
+    condition: &str,
+    target: &[&str],
+    timeout: &str,
+) -> Command {
+    let mut c = Command::new("kubectl");
+    if let Some(ns) = namespace {
+        c.args(["-n", ns]);
+    }
+    c.arg("wait")
+        .arg(format!("--for={condition}"))
+        .args(target)
+        .arg(format!("--timeout={timeout}"));
+    c
+}
+
+/// Waits as [`wait_command`] says; panics with kubectl's words when it times out.
+fn wait(namespace: Option<&str>, condition: &str, target: &[&str], timeout: &str) {
+    run(
+        &format!("kubectl wait --for={condition} {}", target.join(" ")),
+        &mut wait_command(namespace, condition, target, timeout),
+    );
+}
+
 fn wait_succeeded(namespace: &str, pod: &str, timeout: &str) -> String {
-    let done = kubectl(&[
-        "-n",
-        namespace,
-        "wait",
-        "--for=jsonpath={.status.phase}=Succeeded",
-        &format!("pod/{pod}"),
-        &format!("--timeout={timeout}"),
-    ])
+    let done = wait_command(
+        Some(namespace),
+        "jsonpath={.status.phase}=Succeeded",
+        &[&format!("pod/{pod}")],
+        timeout,
+    )
     .output()
     .expect("kubectl wait");
     let log = run(
@@ -297,16 +321,11 @@ fn expand() {
             r#"{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}"#,
         ]),
     );
-    run(
-        "kubectl wait expansion",
-        &mut kubectl(&[
-            "-n",
-            "team-a",
-            "wait",
-            "--for=jsonpath={.status.capacity.storage}=2Gi",
-            "pvc/data",
-            "--timeout=120s",
-        ]),
+    wait(
+        Some("team-a"),
+        "jsonpath={.status.capacity.storage}=2Gi",
+        &["pvc/data"],
+        "120s",
     );
 }
 
@@ -332,16 +351,11 @@ spec:
   dataSource: {apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: snap}
 "#,
     );
-    run(
-        "kubectl wait snapshot",
-        &mut kubectl(&[
-            "-n",
-            "team-a",
-            "wait",
-            "--for=jsonpath={.status.readyToUse}=true",
-            "volumesnapshot/snap",
-            "--timeout=120s",
-        ]),
+    wait(
+        Some("team-a"),
+        "jsonpath={.status.readyToUse}=true",
+        &["volumesnapshot/snap"],
+        "120s",
     );
     apply(&pod(
         "team-a",
@@ -446,17 +460,7 @@ fn node_plugin_restart_under_io() {
         "data",
         "set -e\nfor i in $(seq 1 120); do dd if=/dev/urandom of=/data/busy bs=1M count=1 status=none; sleep 0.2; done\necho 120 writes done",
     ));
-    run(
-        "kubectl wait busy",
-        &mut kubectl(&[
-            "-n",
-            "team-a",
-            "wait",
-            "--for=condition=Ready",
-            "pod/busy",
-            "--timeout=120s",
-        ]),
-    );
+    wait(Some("team-a"), "condition=Ready", &["pod/busy"], "120s");
     std::thread::sleep(Duration::from_secs(3));
     run(
         "kubectl delete node plugin",
@@ -520,21 +524,7 @@ spec:
 "#
     );
     apply(&pod);
-    run(
-        "kubectl wait daos-pools",
-        &mut kubectl(&[
-            "-n",
-            NAMESPACE,
-            "wait",
-            "--for=jsonpath={.status.phase}=Succeeded",
-            "pod/daos-pools",
-            "--timeout=120s",
-        ]),
-    );
-    let out = run(
-        "kubectl logs daos-pools",
-        &mut kubectl(&["-n", NAMESPACE, "logs", "daos-pools"]),
-    );
+    let out = wait_succeeded(NAMESPACE, "daos-pools", "120s");
     run(
         "kubectl delete daos-pools",
         &mut kubectl(&["-n", NAMESPACE, "delete", "pod/daos-pools"]),
@@ -581,39 +571,24 @@ fn helm_install_pool_claims_pods_and_uninstall_on_a_real_node() {
     install.extend(extra.iter().map(String::as_str));
     timed("helm install (defaults)", &mut timings, || helm(&install));
     timed("every pod of the release Ready", &mut timings, || {
-        run(
-            "kubectl wait pods",
-            &mut kubectl(&[
-                "-n",
-                NAMESPACE,
-                "wait",
-                "--for=condition=Ready",
+        wait(
+            Some(NAMESPACE),
+            "condition=Ready",
+            &[
                 "pod",
                 "-l",
                 "app.kubernetes.io/instance=dpufs,app.kubernetes.io/component!=secrets-hook",
-                "--timeout=300s",
-            ]),
+            ],
+            "300s",
         )
     });
     timed("DaosSystem Ready", &mut timings, || {
-        run(
-            "kubectl wait daossystem",
-            &mut kubectl(&[
-                "wait",
-                "--for=condition=Ready",
-                "daossystem/dpufs",
-                "--timeout=120s",
-            ]),
-        )
+        wait(None, "condition=Ready", &["daossystem/dpufs"], "120s")
     });
     timed("DaosPool and two DaosTenants Ready", &mut timings, || {
         apply(POOL_AND_TENANTS);
-        for object in ["daospool/default", "daostenant/team-a", "daostenant/team-b"] {
-            run(
-                "kubectl wait",
-                &mut kubectl(&["wait", "--for=condition=Ready", object, "--timeout=120s"]),
-            );
-        }
+        let objects = ["daospool/default", "daostenant/team-a", "daostenant/team-b"];
+        wait(None, "condition=Ready", &objects, "120s");
     });
     timed(
         "a claim and a checksummed write and read in each tenant",
