@@ -17,6 +17,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
+/// The file system type of every dpufs FUSE mount, as mount(2) is given it and the mount
+/// table shows it.
+pub const FSTYPE: &str = "fuse.dpufs";
+
 /// The FUSE device.
 pub const FUSE_DEVICE: &str = "/dev/fuse";
 /// Largest request payload: 256 pages (the kernel's `max_pages_limit`), i.e. 1 MiB writes.
@@ -77,7 +81,7 @@ pub fn mount(mountpoint: &Path, o: &MountOptions) -> io::Result<OwnedFd> {
     let (src, target, fstype, cdata) = (
         CString::new(o.fsname.as_str()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
         cpath(mountpoint)?,
-        CString::new("fuse.dpufs").expect("no NUL"),
+        CString::new(FSTYPE).expect("no NUL"),
         CString::new(data).expect("no NUL"),
     );
     // SAFETY: all pointers are valid NUL-terminated strings for the call.

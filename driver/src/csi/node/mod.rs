@@ -29,9 +29,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
-/// The file system type of every dpufs FUSE mount in the mount table.
-pub const DPUFS_FSTYPE: &str = "fuse.dpufs";
-
 /// How a node plugin runs.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {

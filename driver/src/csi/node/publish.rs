@@ -2,7 +2,6 @@
 //! pod's target (read-only when asked or when the volume was staged for reading), after
 //! checking that the pod's namespace belongs to the volume's tenant.
 
-use super::DPUFS_FSTYPE;
 use super::mounts;
 use super::reader_only;
 use super::record::{StagedVolume, VolumeFiles};
@@ -170,7 +169,7 @@ impl NodeService {
             // A dpufs mount whose device no staged volume has is ours too: the bind of a
             // connection that died (its worker killed with a node whose keeper went with it)
             // and was mounted anew at the staging path since.
-            if !ours.contains(&m.dev) && m.fstype != DPUFS_FSTYPE {
+            if !ours.contains(&m.dev) && m.fstype != crate::fuse::FSTYPE {
                 return Err(PublishError::NotOurMount {
                     target: target.display().to_string(),
                 });

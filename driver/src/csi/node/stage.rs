@@ -227,7 +227,7 @@ impl NodeService {
 /// Whether a dpufs FUSE file system is mounted at `path`: the only kind of mount an unstage
 /// removes by itself.
 fn is_dpufs_mount(path: &Path) -> bool {
-    matches!(dpufs_node_api::mountinfo::find(path), Ok(Some(m)) if m.fstype == super::DPUFS_FSTYPE)
+    matches!(dpufs_node_api::mountinfo::find(path), Ok(Some(m)) if m.fstype == crate::fuse::FSTYPE)
 }
 
 /// The records directory: the capabilities in it are the node agent's to hand out.
