@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-const PROTO_ROOTS: [&str; 4] = ["csi", "daos", "dpufs", "google"];
+const PROTO_ROOTS: [&str; 5] = ["csi", "daos", "dpufs", "google", "nvidia"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let here = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);

@@ -22,7 +22,8 @@ it (see the last item).
       "secret", "alpha".
   **enum Outer.E**: A=0, B=1(alpha)
       An enum with all its values on one line; "(alpha)" after the name or
-      after a value marks it.
+      after a value marks it. Any other parenthesised note closing the line
+      (e.g. "(top level)") is prose.
   `name` = 1059 on FieldOptions
       In a prose paragraph that mentions "Options": a custom option extension
       and its number.
@@ -289,7 +290,9 @@ def parse_spec(text, package, appendix_only):
                 if name in facts.enums:
                     fail(lineno, "enum %s listed twice" % name)
                 values = {}
-                for part in (rest or "").split(","):
+                # A closing note such as "(top level)" is prose, not a value.
+                rest = re.sub(r"\s*\((?!alpha\))[^()]*\)\s*$", "", rest or "")
+                for part in rest.split(","):
                     part = part.strip()
                     if not part:
                         continue

@@ -38,6 +38,19 @@ pub mod engine {
     }
 }
 
+/// The storage-plugin API of NVIDIA's DOCA Platform Framework: what DPF's SNAP node driver
+/// calls on a storage vendor's plugin on the DPU.
+pub mod nvidia {
+    /// Package `nvidia.storage.plugins.v1`.
+    pub mod storage {
+        pub mod plugins {
+            pub mod v1 {
+                tonic::include_proto!("nvidia.storage.plugins.v1");
+            }
+        }
+    }
+}
+
 pub mod daos;
 pub mod dfs;
 
