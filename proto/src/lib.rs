@@ -51,6 +51,15 @@ pub mod nvidia {
     }
 }
 
+/// The control channel between a host's CSI node shim and the dpufs agent on its DPU
+/// (`docs/dpu.md`).
+pub mod dpu {
+    /// Package `dpufs.dpu.v1`.
+    pub mod v1 {
+        tonic::include_proto!("dpufs.dpu.v1");
+    }
+}
+
 pub mod daos;
 pub mod dfs;
 

@@ -98,6 +98,35 @@ fn engine_round_trip() {
 }
 
 #[test]
+fn dpu_round_trip() {
+    use crate::dpu::v1::*;
+    round_trip(StageVolumeRequest {
+        volume_id: "v1/daos_server/6f1c2d1e-3a4b-4c5d-8e9f-0a1b2c3d4e5f/0b8a9c55-1d2e-4f60-9a7b-8c9d0e1f2a3b".into(),
+        access: Some(VolumeAccess {
+            mode: AccessMode::MultiNodeMultiWriter as i32,
+            read_only: true,
+        }),
+        volume_context: [("csi.storage.k8s.io/pod.name".to_string(), "p".to_string())].into(),
+        pod: Some(PodRef {
+            namespace: "ns-a".into(),
+            name: "p".into(),
+            uid: "5d3c8f7e-0000-4000-8000-000000000001".into(),
+        }),
+        host_node: "gpu-1".into(),
+    });
+    // The access modes keep CSI's numbers.
+    use crate::csi::v1::volume_capability::access_mode::Mode;
+    assert_eq!(
+        AccessMode::SingleNodeMultiWriter as i32,
+        Mode::SingleNodeMultiWriter as i32
+    );
+    assert_eq!(
+        AccessMode::MultiNodeReaderOnly as i32,
+        Mode::MultiNodeReaderOnly as i32
+    );
+}
+
+#[test]
 fn descriptor_set_lists_every_service() {
     let fds = prost_types::FileDescriptorSet::decode(crate::FILE_DESCRIPTOR_SET).expect("decodes");
     let services: Vec<String> = fds
@@ -118,6 +147,7 @@ fn descriptor_set_lists_every_service() {
         "mgmt.MgmtSvc",
         "dpufs.engine.v1.ContainerSvc",
         "dpufs.engine.v1.RankControl",
+        "dpufs.dpu.v1.DpuAgent",
     ] {
         assert!(
             services.iter().any(|s| s == want),
