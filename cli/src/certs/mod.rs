@@ -2,7 +2,10 @@
 //! server) in DAOS's layout and file modes, for development clusters and tests.
 //! `dpufs certs secrets`: the same set, and the node agent's signing key, as Kubernetes
 //! Secrets (what the chart's install hook runs, [`secrets`]).
+//! `dpufs certs dpu`: the certificates of the control channel between hosts and their DPUs'
+//! agents ([`dpu`]).
 
+mod dpu;
 mod secrets;
 
 use crate::output::Out;
@@ -23,12 +26,18 @@ pub enum CertsCmd {
     /// admin.crt, admin.key) and the node agent's signing key (agent.key, agent.pub). A Secret
     /// that exists is left as it is, so running it again (an upgrade) rotates nothing.
     Secrets(secrets::SecretsArgs),
+    /// Writes the certificates of the control channel between hosts and the dpufs agents on
+    /// their DPUs into DIR: a CA (ca.crt, ca.key), the agents' server pair (agent.crt,
+    /// agent.key) for the names and addresses given, and the hosts' client pair (host.crt,
+    /// host.key). Keys are written with mode 0600.
+    Dpu(dpu::DpuArgs),
 }
 
 pub async fn run(cmd: CertsCmd, out: Out) -> anyhow::Result<()> {
     let dir = match cmd {
         CertsCmd::Generate { dir } => dir,
         CertsCmd::Secrets(args) => return secrets::run(args, out).await,
+        CertsCmd::Dpu(args) => return dpu::run(args, out),
     };
     dpufs_daos::certs::generate(&dir)
         .map_err(|e| anyhow::anyhow!("generating certificates in {}: {e}", dir.display()))?;
