@@ -9,6 +9,7 @@
 //! ([`ipc`]); neither imports the other. Their messages are the types of `dpufs_node_api`.
 
 pub mod csi;
+pub mod dpf;
 pub mod fuse;
 pub mod ipc;
 pub mod keeper;

@@ -22,7 +22,7 @@ pub mod directory;
 pub mod error;
 pub mod identity;
 pub mod label;
-mod locks;
+pub(crate) mod locks;
 pub mod node;
 pub mod params;
 pub mod qos;

@@ -1,0 +1,83 @@
+//! What the storage plugin needs from the DPU agent: a device per volume, made, removed and
+//! reported ([`DeviceBackend`]). The plugin checks requests, keeps calls idempotent and
+//! answers in DPF's terms; the backend does the staging.
+
+use dpufs_proto::nvidia::storage::plugins::v1::AccessMode;
+use std::collections::HashMap;
+
+/// A checked CreateDevice: a file-system device for one volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceSpec {
+    /// The CSI volume id of `dfs.dpufs.io` (the PersistentVolume's `volumeHandle`).
+    pub volume_id: String,
+    /// Kubernetes access modes, sorted, without repeats, never empty or unspecified.
+    pub access_modes: Vec<AccessMode>,
+    /// Kept as given and reported by GetDevice; dpufs's controller publishes nothing.
+    pub publish_context: HashMap<String, String>,
+    /// The CSI volume context of the PersistentVolume.
+    pub volume_context: HashMap<String, String>,
+    /// The StorageClass's parameters.
+    pub storage_parameters: HashMap<String, String>,
+}
+
+impl DeviceSpec {
+    /// Whether the device is only read: every access mode is ReadOnlyMany.
+    pub fn read_only(&self) -> bool {
+        self.access_modes.iter().all(|m| *m == AccessMode::Rox)
+    }
+}
+
+/// A volume's device on this DPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    /// The device name SNAP exposes to the host: the volume's virtio-fs tag (docs/dpu.md,
+    /// "Under NVIDIA DPF").
+    pub name: String,
+    /// The request the device was made for.
+    pub spec: DeviceSpec,
+}
+
+/// Why the backend could not do what the plugin asked. The plugin maps each kind to one gRPC
+/// code (`dpf::error`); the text says what happened, for people.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The volume does not exist in its storage (or its id names none of dpufs's).
+    #[error("volume {volume_id} does not exist: {reason}")]
+    VolumeNotFound { volume_id: String, reason: String },
+    /// The volume id or the contexts are malformed for dpufs.
+    #[error("{0}")]
+    Invalid(String),
+    /// The agent will not stage this volume here (e.g. its tenant may not use this host).
+    #[error("{0}")]
+    Refused(String),
+    /// The DPU has no room for another volume.
+    #[error("{0}")]
+    Exhausted(String),
+    /// The storage or the agent's directory cannot be reached now; a retry may succeed.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Anything else: a worker that would not start, a file that could not be written.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The DPU agent as the storage plugin drives it. The plugin serializes calls per volume and
+/// calls `create` only for a volume [`DeviceBackend::get`] had no device for.
+#[tonic::async_trait]
+pub trait DeviceBackend: Send + Sync + 'static {
+    /// Whether the agent can stage volumes now (Probe's `ready`).
+    fn ready(&self) -> bool;
+
+    /// Stages the volume on the DPU and returns its device name; the device keeps `spec`
+    /// for [`DeviceBackend::get`] and [`DeviceBackend::list`].
+    async fn create(&self, spec: &DeviceSpec) -> Result<String, BackendError>;
+
+    /// Unstages the volume; succeeds when it has no device (already deleted, never made).
+    async fn delete(&self, volume_id: &str) -> Result<(), BackendError>;
+
+    /// The volume's device, if it has one.
+    async fn get(&self, volume_id: &str) -> Result<Option<Device>, BackendError>;
+
+    /// Every device, in any order.
+    async fn list(&self) -> Result<Vec<Device>, BackendError>;
+}
