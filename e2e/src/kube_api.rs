@@ -324,7 +324,7 @@ pub async fn apply(client: &kube::Client, uri: &str, yaml: Vec<u8>) -> anyhow::R
 /// Spawns a server with its output in `log`; it dies with the thread that
 /// started it (PR_SET_PDEATHSIG) if the test process is killed before the
 /// fixture is dropped.
-fn spawn(cmd: &mut Command, log: &Path) -> anyhow::Result<Child> {
+pub(crate) fn spawn(cmd: &mut Command, log: &Path) -> anyhow::Result<Child> {
     let out = std::fs::File::create(log)?;
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
     unsafe {

@@ -3,6 +3,7 @@
 
 pub mod csi_bed;
 pub mod csi_sanity;
+pub mod guest;
 pub mod kube_api;
 pub mod manifests;
 pub mod volume;
