@@ -10,7 +10,7 @@ use dpf::storage_plugin_service_client::StoragePluginServiceClient;
 use dpufs_csi::dpf::{BackendError, Device, DeviceBackend, DeviceSpec, serve_until};
 use dpufs_e2e::csi_bed::{connect, tempdir, try_connect};
 use dpufs_proto::nvidia::storage::plugins::v1 as dpf;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,12 +23,16 @@ const MISSING: &str = "v1/sys/pool/missing";
 const FORBIDDEN: &str = "v1/sys/pool/other-tenant";
 /// Staging it takes a while, so that calls overlap.
 const SLOW: &str = "v1/sys/pool/slow";
+/// Staging it stops half-way: it leaves something behind but no device.
+const HALF: &str = "v1/sys/pool/half";
 
 /// The DPU agent as the plugin sees it, in memory: one device per volume, named as the agent
 /// names virtio-fs tags (a short, stable name derived from the volume id).
 #[derive(Default)]
 struct MemoryAgent {
     devices: Mutex<BTreeMap<String, Device>>,
+    /// What a create that stopped half-way left, by volume id.
+    leftovers: Mutex<BTreeSet<String>>,
     stagings: AtomicUsize,
     unstagings: AtomicUsize,
     ready: AtomicBool,
@@ -53,7 +57,7 @@ impl MemoryAgent {
 
 #[tonic::async_trait]
 impl DeviceBackend for MemoryAgent {
-    fn ready(&self) -> bool {
+    async fn ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)
     }
 
@@ -71,6 +75,13 @@ impl DeviceBackend for MemoryAgent {
                 ));
             }
             SLOW => tokio::time::sleep(Duration::from_millis(300)).await,
+            HALF => {
+                self.leftovers
+                    .lock()
+                    .unwrap()
+                    .insert(spec.volume_id.clone());
+                return Err(BackendError::Failed("the worker did not start".into()));
+            }
             _ => {}
         }
         self.stagings.fetch_add(1, Ordering::SeqCst);
@@ -89,7 +100,9 @@ impl DeviceBackend for MemoryAgent {
     }
 
     async fn delete(&self, volume_id: &str) -> Result<(), BackendError> {
-        if self.devices.lock().unwrap().remove(volume_id).is_some() {
+        let device = self.devices.lock().unwrap().remove(volume_id).is_some();
+        let leftover = self.leftovers.lock().unwrap().remove(volume_id);
+        if device || leftover {
             self.unstagings.fetch_add(1, Ordering::SeqCst);
         }
         Ok(())
@@ -368,9 +381,19 @@ async fn create_get_delete_and_their_repeats() {
         Code::NotFound,
         "has no device on this DPU",
     );
+    // A create that stopped half-way shows no device, and its delete cleans up what it left.
+    assert_code(
+        bed.create(create_request(HALF, &[AccessMode::Rwo])).await,
+        Code::Internal,
+        "CreateDevice: the worker did not start",
+    );
+    assert_code(bed.get(HALF, "").await, Code::NotFound, HALF);
+    bed.delete(HALF, "").await.unwrap();
+    assert!(bed.agent.leftovers.lock().unwrap().is_empty());
+    assert_eq!(bed.agent.counts(), (1, 2));
     // Created again after a delete: a fresh staging, the same name.
     assert_eq!(bed.create(request).await.unwrap(), device);
-    assert_eq!(bed.agent.counts(), (2, 1));
+    assert_eq!(bed.agent.counts(), (2, 2));
     bed.stop().await;
 }
 

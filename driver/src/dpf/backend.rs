@@ -61,18 +61,21 @@ pub enum BackendError {
     Failed(String),
 }
 
-/// The DPU agent as the storage plugin drives it. The plugin serializes calls per volume and
-/// calls `create` only for a volume [`DeviceBackend::get`] had no device for.
+/// The DPU agent as the storage plugin drives it. The plugin serializes calls per volume,
+/// calls `create` only for a volume [`DeviceBackend::get`] had no device for, and `delete`
+/// for any volume not shown with another device (a create that stopped half-way leaves
+/// something `get` does not show but `delete` must clean up).
 #[tonic::async_trait]
 pub trait DeviceBackend: Send + Sync + 'static {
     /// Whether the agent can stage volumes now (Probe's `ready`).
-    fn ready(&self) -> bool;
+    async fn ready(&self) -> bool;
 
     /// Stages the volume on the DPU and returns its device name; the device keeps `spec`
     /// for [`DeviceBackend::get`] and [`DeviceBackend::list`].
     async fn create(&self, spec: &DeviceSpec) -> Result<String, BackendError>;
 
-    /// Unstages the volume; succeeds when it has no device (already deleted, never made).
+    /// Unstages the volume and removes whatever a create left; succeeds when there is
+    /// nothing (already deleted, never made, not a volume of dpufs).
     async fn delete(&self, volume_id: &str) -> Result<(), BackendError>;
 
     /// The volume's device, if it has one.

@@ -35,9 +35,7 @@ pub struct PluginIdentity {
 
 impl std::fmt::Debug for PluginIdentity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PluginIdentity")
-            .field("ready", &self.backend.ready())
-            .finish()
+        f.debug_struct("PluginIdentity").finish_non_exhaustive()
     }
 }
 
@@ -74,7 +72,7 @@ impl dpf::identity_service_server::IdentityService for PluginIdentity {
         _: Request<dpf::ProbeRequest>,
     ) -> Result<Response<dpf::ProbeResponse>, Status> {
         Ok(Response::new(dpf::ProbeResponse {
-            ready: Some(self.backend.ready()),
+            ready: Some(self.backend.ready().await),
         }))
     }
 }
@@ -131,15 +129,15 @@ impl StoragePlugin {
         request::device_name(RPC, &req.device_name)?;
         let _guard = self.locks.try_lock(format!("volume {}", req.volume_id))?;
         let backend_err = |source| PluginError::Backend { rpc: RPC, source };
-        let Some(device) = self
+        let shown = self
             .backend
             .get(&req.volume_id)
             .await
-            .map_err(backend_err)?
-        else {
-            return Ok(());
-        };
-        if !req.device_name.is_empty() && req.device_name != device.name {
+            .map_err(backend_err)?;
+        if let Some(device) = shown
+            && !req.device_name.is_empty()
+            && req.device_name != device.name
+        {
             return Err(PluginError::DeleteOtherDevice {
                 volume_id: req.volume_id,
                 named: req.device_name,
