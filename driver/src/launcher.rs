@@ -9,7 +9,7 @@ use crate::keeper::{Keeper, placement};
 use anyhow::{Context as _, Result, bail};
 use dpufs_node_api::keeper::{Reply, Request};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -154,11 +154,15 @@ fn wait_ready(socket: &Path) -> Result<u32> {
     }
 }
 
+/// How a wanted volume is attached: a FUSE mount, or a vhost-user-fs export (the keeper binds
+/// the socket; the frontend, a VMM or DOCA SNAP, connects to it).
+pub use dpufs_node_api::transport::Attachment;
+
 /// A volume the launcher wants served.
 #[derive(Debug, Clone)]
 pub struct WantedVolume {
     pub name: String,
-    pub mountpoint: PathBuf,
+    pub attachment: Attachment,
     /// The worker's arguments (backend, caching); the keeper adds the rest.
     pub worker_args: Vec<String>,
 }
@@ -172,18 +176,19 @@ pub enum VolumeState {
     Started { pid: u32 },
 }
 
-/// Makes sure the keeper at `state_dir` serves `want`.
+/// Makes sure the keeper at `state_dir` serves `want`: attached as it asks (mounted or
+/// exported, unless it is already) and given a worker (unless one serves it).
 pub fn ensure_volume(state_dir: &Path, want: &WantedVolume) -> Result<VolumeState> {
     let socket = Keeper::socket(state_dir);
     let list = client::list(&socket)?;
     let current = list.volumes.iter().find(|v| v.volume == want.name);
     if let Some(v) = current {
-        if v.mountpoint != want.mountpoint {
+        if v.attachment != want.attachment {
             bail!(
-                "volume {} is mounted at {}, not {}",
+                "volume {} is {}, not {}",
                 want.name,
-                v.mountpoint.display(),
-                want.mountpoint.display()
+                v.attachment,
+                want.attachment
             );
         }
         if let Some(pid) = v.pid {
@@ -193,14 +198,7 @@ pub fn ensure_volume(state_dir: &Path, want: &WantedVolume) -> Result<VolumeStat
             });
         }
     } else {
-        let mount = Request::Mount {
-            volume: want.name.clone(),
-            mountpoint: want.mountpoint.clone(),
-            fsname: None,
-            read_only: None,
-            allow_other: None,
-        };
-        client::request(&socket, &mount)?;
+        client::request(&socket, &attach_request(want))?;
     }
     let serve = Request::Serve {
         volume: want.name.clone(),
@@ -210,5 +208,22 @@ pub fn ensure_volume(state_dir: &Path, want: &WantedVolume) -> Result<VolumeStat
     match client::request(&socket, &serve)?.0 {
         Reply::Served { pid } => Ok(VolumeState::Started { pid }),
         other => bail!("serve answered {other:?}"),
+    }
+}
+
+/// The request that attaches `want` on the keeper.
+fn attach_request(want: &WantedVolume) -> Request {
+    match &want.attachment {
+        Attachment::Mount(mountpoint) => Request::Mount {
+            volume: want.name.clone(),
+            mountpoint: mountpoint.clone(),
+            fsname: None,
+            read_only: None,
+            allow_other: None,
+        },
+        Attachment::VhostUser { socket } => Request::Export {
+            volume: want.name.clone(),
+            socket: socket.clone(),
+        },
     }
 }

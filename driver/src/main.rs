@@ -7,7 +7,7 @@ use dpufs_csi::csi::directory::DirectoryArgs;
 use dpufs_csi::ipc::keeper as client;
 use dpufs_csi::keeper::{Keeper, placement};
 use dpufs_csi::launcher::{
-    KeeperFound, KeeperStart, VolumeState, WantedVolume, ensure_keeper, ensure_volume,
+    Attachment, KeeperFound, KeeperStart, VolumeState, WantedVolume, ensure_keeper, ensure_volume,
 };
 use dpufs_csi::worker::backend::{BackendSpec, FabricOptions, open_backend};
 use dpufs_csi::worker::fs::{AccessMode, FsConfig};
@@ -441,7 +441,7 @@ fn launcher(a: LauncherArgs) -> Result<()> {
     if let Some((name, mountpoint)) = a.volume {
         let want = WantedVolume {
             name: name.clone(),
-            mountpoint: mountpoint.clone(),
+            attachment: Attachment::Mount(mountpoint.clone()),
             worker_args: a.worker_args,
         };
         match ensure_volume(&a.state_dir, &want)? {

@@ -9,6 +9,7 @@
 //! | anything else | [`Reply::Refused`] |
 
 use crate::qos::QosLimits;
+use crate::transport::Transport;
 use crate::wire::{self, DecodeError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -136,8 +137,21 @@ pub struct Health {
     /// The QoS limits in force (read from the worker's `--qos` file).
     #[serde(default)]
     pub qos: QosLimits,
+    /// With the vhost-user-fs transport: the frontend (VMM) connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontend: Option<Frontend>,
     #[serde(flatten)]
     pub info: WorkerInfo,
+}
+
+/// A vhost-user-fs worker's frontends: it serves one connection at a time, and takes the
+/// next one when that one ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Frontend {
+    /// A frontend is connected now.
+    pub connected: bool,
+    /// Connections accepted since the worker started.
+    pub connections: u64,
 }
 
 /// What a worker is, fixed at start: `health` reports it and `worker.json` records it.
@@ -148,8 +162,14 @@ pub struct WorkerInfo {
     pub pid: u32,
     /// The `--backend` served.
     pub backend: String,
-    /// Where the connection is mounted, if known.
+    /// How the volume is served (`fuse` in records older than the field).
+    #[serde(default)]
+    pub transport: Transport,
+    /// Where the connection is mounted, if known (FUSE).
     pub mountpoint: Option<PathBuf>,
+    /// The vhost-user socket the worker listens on (vhost-user-fs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
     /// Whether the worker mounted (and unmounts when it stops).
     pub owns_mount: bool,
     pub fsname: String,
@@ -247,11 +267,14 @@ mod tests {
                 max_throughput_mibps: Some(100),
                 max_iops: None,
             },
+            frontend: None,
             info: WorkerInfo {
                 version: 1,
                 pid: 42,
                 backend: "local:/srv".into(),
+                transport: Transport::Fuse,
                 mountpoint: Some("/mnt/v".into()),
+                socket: None,
                 owns_mount: false,
                 fsname: "dpufs".into(),
                 threads: 4,
@@ -262,6 +285,18 @@ mod tests {
                 writeback_cache: false,
             },
         }
+    }
+
+    fn vhost_user_health() -> Health {
+        let mut h = health();
+        h.frontend = Some(Frontend {
+            connected: true,
+            connections: 2,
+        });
+        h.info.transport = Transport::VhostUserFs;
+        h.info.mountpoint = None;
+        h.info.socket = Some("/run/v.sock".into());
+        h
     }
 
     fn stats() -> WorkerStats {
@@ -299,10 +334,24 @@ mod tests {
                     r#""fsname":"dpufs","gid":0,"in_flight":0,"initialized":true,"#,
                     r#""mountpoint":"/mnt/v","ok":true,"owns_mount":false,"pid":42,"#,
                     r#""qos":{"maxThroughputMiBps":100},"#,
-                    r#""state":"serving","threads":4,"threads_alive":4,"uid":0,"#,
-                    r#""uptime_secs":1.5,"version":1,"writeback_cache":false}"#
+                    r#""state":"serving","threads":4,"threads_alive":4,"transport":"fuse","#,
+                    r#""uid":0,"uptime_secs":1.5,"version":1,"writeback_cache":false}"#
                 ),
                 Reply::Health(health()),
+            ),
+            (
+                Request::Health,
+                concat!(
+                    r#"{"access":"MultiWriter","backend":"local:/srv","data_cache":true,"#,
+                    r#""frontend":{"connected":true,"connections":2},"#,
+                    r#""fsname":"dpufs","gid":0,"in_flight":0,"initialized":true,"#,
+                    r#""mountpoint":null,"ok":true,"owns_mount":false,"pid":42,"#,
+                    r#""qos":{"maxThroughputMiBps":100},"socket":"/run/v.sock","#,
+                    r#""state":"serving","threads":4,"threads_alive":4,"#,
+                    r#""transport":"vhost-user-fs","#,
+                    r#""uid":0,"uptime_secs":1.5,"version":1,"writeback_cache":false}"#
+                ),
+                Reply::Health(vhost_user_health()),
             ),
             (
                 Request::Stats,
@@ -340,11 +389,16 @@ mod tests {
             concat!(
                 r#"{"access":"MultiWriter","backend":"local:/srv","data_cache":true,"#,
                 r#""fsname":"dpufs","gid":0,"mountpoint":"/mnt/v","owns_mount":false,"#,
-                r#""pid":42,"threads":4,"uid":0,"version":1,"writeback_cache":false}"#
+                r#""pid":42,"threads":4,"transport":"fuse","uid":0,"version":1,"#,
+                r#""writeback_cache":false}"#
             )
         );
-        let mut none = info;
+        let mut none = info.clone();
         none.mountpoint = None;
         assert!(wire::encode(&none).contains(r#""mountpoint":null"#));
+        // A worker.json written before the transport existed is a FUSE worker's.
+        let old = wire::encode(&info).replace(r#""transport":"fuse","#, "");
+        let read: WorkerInfo = serde_json::from_str(&old).unwrap();
+        assert_eq!(read, info);
     }
 }

@@ -1,17 +1,27 @@
-//! The handover: what a worker taking over a live FUSE connection is told with its
-//! descriptor. Versioned; a worker accepts every version up to its own and refuses newer ones
-//! (a keeper is upgraded after its workers, never before).
+//! The handover: what a worker taking over a volume is told with its descriptor (a live FUSE
+//! connection, or the listening socket of a vhost-user-fs export). Versioned; a worker accepts
+//! every version up to its own and refuses newer ones (a keeper is upgraded after its workers,
+//! never before).
 //!
-//! Version 1 (JSON):
+//! Version 1 (JSON), a FUSE connection:
 //! `{"version":1,"volume":"…","mountpoint":"/…","session":{…}|null}`, where `session` is what
 //! the connection's INIT negotiated ([`SessionRecord`], the `session.json` the first worker
 //! wrote), or null when no worker has answered INIT yet.
+//!
+//! Version 2 adds exports: `{"version":2,"volume":"…","transport":"vhost-user-fs",
+//! "socket":"/…","session":{…}|null}`, where `session` is what the guest's INIT negotiated
+//! (a guest, too, sends INIT once per mount). A FUSE handover is still sent as version 1,
+//! byte for byte, so workers of either version take it ([`Handover::new`]).
 
+use crate::transport::Attachment;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
 
 /// The newest handover version this build speaks.
-pub const HANDOVER_VERSION: u32 = 1;
+pub const HANDOVER_VERSION: u32 = 2;
+/// The version that introduced the vhost-user-fs transport.
+const VHOST_USER_VERSION: u32 = 2;
+/// The version of [`SessionRecord`] (unchanged since version 1 of the handover).
+pub const SESSION_VERSION: u32 = 1;
 
 /// Errors decoding a handover or taking over its session.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -37,7 +47,9 @@ pub enum HandoverError {
 pub struct Handover {
     pub version: u32,
     pub volume: String,
-    pub mountpoint: PathBuf,
+    /// The mountpoint of a FUSE connection, or the socket of an export.
+    #[serde(flatten)]
+    pub attachment: Attachment,
     pub session: Option<SessionRecord>,
 }
 
@@ -121,6 +133,21 @@ impl SessionRecord {
 }
 
 impl Handover {
+    /// The handover of `volume`, in the oldest version that can say it: version 1 for a FUSE
+    /// connection (what every worker reads), version 2 for an export.
+    pub fn new(volume: &str, attachment: Attachment, session: Option<SessionRecord>) -> Handover {
+        let version = match attachment {
+            Attachment::Mount(_) => 1,
+            Attachment::VhostUser { .. } => VHOST_USER_VERSION,
+        };
+        Handover {
+            version,
+            volume: volume.to_string(),
+            attachment,
+            session,
+        }
+    }
+
     /// Decodes any version up to [`HANDOVER_VERSION`].
     pub fn decode(text: &str) -> Result<Handover, HandoverError> {
         #[derive(Deserialize)]
@@ -173,9 +200,33 @@ mod tests {
     }
 
     #[test]
+    fn a_fuse_handover_is_still_sent_as_version_1() {
+        let h = Handover::decode(V1_FIXTURE).unwrap();
+        let again = Handover::new(&h.volume, h.attachment.clone(), h.session.clone());
+        assert_eq!(again, h);
+    }
+
+    #[test]
+    fn an_export_is_handed_over_as_version_2() {
+        let h = Handover::new(
+            "vol-2",
+            Attachment::VhostUser {
+                socket: "/run/dpufs/vol-2.sock".into(),
+            },
+            None,
+        );
+        let text = concat!(
+            r#"{"session":null,"socket":"/run/dpufs/vol-2.sock","#,
+            r#""transport":"vhost-user-fs","version":2,"volume":"vol-2"}"#
+        );
+        assert_eq!(crate::wire::encode(&h), text);
+        assert_eq!(Handover::decode(text).unwrap(), h);
+    }
+
+    #[test]
     fn newer_versions_and_garbage_are_refused() {
-        let newer = V1_FIXTURE.replacen("\"version\": 1", "\"version\": 2", 1);
-        assert_eq!(Handover::decode(&newer), Err(HandoverError::TooNew(2)));
+        let newer = V1_FIXTURE.replacen("\"version\": 1", "\"version\": 3", 1);
+        assert_eq!(Handover::decode(&newer), Err(HandoverError::TooNew(3)));
         assert!(matches!(
             Handover::decode("{"),
             Err(HandoverError::Malformed(_))

@@ -4,6 +4,7 @@
 //! | request | answer |
 //! |---|---|
 //! | [`Request::Mount`] | [`Reply::Mounted`] |
+//! | [`Request::Export`] | [`Reply::Exported`] |
 //! | [`Request::Serve`] | [`Reply::Served`] |
 //! | [`Request::Handover`] | [`Reply::Handover`] (no `ok` field, the descriptor attached) |
 //! | [`Request::Upgrade`] | [`Reply::Upgraded`] |
@@ -13,6 +14,7 @@
 //! Any of them may be answered [`Reply::Refused`] (`{"ok":false,"error":"…"}`).
 
 use crate::handover::{Handover, HandoverError};
+use crate::transport::Attachment;
 use crate::wire::{self, DecodeError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -37,6 +39,14 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         allow_other: Option<bool>,
     },
+    /// Bind and hold the volume's vhost-user-fs listening socket at `socket` (idempotent for
+    /// the same path), the way `Mount` holds a FUSE connection: its workers take the listener
+    /// by handover and serve the frontend (a VMM) that connects there.
+    Export {
+        #[serde(default)]
+        volume: String,
+        socket: PathBuf,
+    },
     /// Start the volume's worker with these arguments (backend, caching), of `binary` if
     /// given; answered once it serves.
     Serve {
@@ -59,7 +69,7 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         binary: Option<PathBuf>,
     },
-    /// Drain the worker, unmount, forget the volume.
+    /// Drain the worker, unmount (or close and unlink an export's socket), forget the volume.
     Unmount {
         #[serde(default)]
         volume: String,
@@ -78,7 +88,9 @@ pub enum RequestError {
 }
 
 /// The ops, for the unknown-op check.
-const OPS: [&str; 6] = ["mount", "serve", "handover", "upgrade", "unmount", "list"];
+const OPS: [&str; 7] = [
+    "mount", "export", "serve", "handover", "upgrade", "unmount", "list",
+];
 
 impl Request {
     /// Reads a request line as the keeper does.
@@ -102,6 +114,7 @@ impl Request {
     pub fn op(&self) -> &'static str {
         match self {
             Request::Mount { .. } => "mount",
+            Request::Export { .. } => "export",
             Request::Serve { .. } => "serve",
             Request::Handover { .. } => "handover",
             Request::Upgrade { .. } => "upgrade",
@@ -114,6 +127,7 @@ impl Request {
     pub fn volume(&self) -> Option<&str> {
         match self {
             Request::Mount { volume, .. }
+            | Request::Export { volume, .. }
             | Request::Serve { volume, .. }
             | Request::Handover { volume }
             | Request::Upgrade { volume, .. }
@@ -131,6 +145,9 @@ impl Request {
         let op = self.op();
         Ok(match self {
             Request::Mount { .. } => Reply::Mounted(wire::payload::<MountedBody>(op, v)?.mounted),
+            Request::Export { .. } => {
+                Reply::Exported(wire::payload::<ExportedBody>(op, v)?.exported)
+            }
             Request::Serve { .. } => Reply::Served {
                 pid: wire::payload::<ServedBody>(op, v)?.pid,
             },
@@ -172,7 +189,9 @@ impl From<HandoverError> for DecodeError {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
     /// `{"ok":true,"mounted":"now"|"already"}`.
-    Mounted(Mounted),
+    Mounted(Attached),
+    /// `{"ok":true,"exported":"now"|"already"}`.
+    Exported(Attached),
     /// `{"ok":true,"pid":…}`: the worker serves.
     Served { pid: u32 },
     /// `{"ok":true,"pid":new,"previous":old}`: the new worker serves, the old one drained.
@@ -187,19 +206,24 @@ pub enum Reply {
     Refused(String),
 }
 
-/// Whether a mount request mounted.
+/// Whether a mount or export request attached the volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Mounted {
-    /// Mounted by this request.
+pub enum Attached {
+    /// Mounted or exported by this request.
     Now,
-    /// Already mounted there.
+    /// Already attached there.
     Already,
 }
 
 #[derive(Serialize, Deserialize)]
 struct MountedBody {
-    mounted: Mounted,
+    mounted: Attached,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ExportedBody {
+    exported: Attached,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -232,7 +256,9 @@ pub struct List {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VolumeStatus {
     pub volume: String,
-    pub mountpoint: PathBuf,
+    /// Its mountpoint, or its transport and socket (`crate::transport`).
+    #[serde(flatten)]
+    pub attachment: Attachment,
     /// The worker serving it, if one does.
     pub pid: Option<u32>,
     /// Workers started so far; the current one's state directory is `worker-<generation>`.
@@ -253,6 +279,9 @@ pub struct Recovered {
     pub volume: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mountpoint: Option<PathBuf>,
+    /// The socket of an export.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
     /// The worker left serving.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
@@ -273,6 +302,9 @@ pub enum RecoveryAction {
     /// A mount nobody held any more.
     #[serde(rename = "detached the dead mount")]
     DetachedDeadMount,
+    /// An export nobody listened on any more: its socket file was unlinked.
+    #[serde(rename = "removed the dead export")]
+    RemovedDeadExport,
 }
 
 impl Reply {
@@ -284,6 +316,7 @@ impl Reply {
     fn to_value(&self) -> Value {
         match self {
             Reply::Mounted(m) => wire::ok(&MountedBody { mounted: *m }),
+            Reply::Exported(e) => wire::ok(&ExportedBody { exported: *e }),
             Reply::Served { pid } => wire::ok(&ServedBody { pid: *pid }),
             Reply::Upgraded { pid, previous } => wire::ok(&UpgradedBody {
                 pid: *pid,
@@ -339,6 +372,13 @@ mod tests {
                     fsname: Some("f".into()),
                     read_only: Some(true),
                     allow_other: Some(false),
+                },
+            ),
+            (
+                r#"{"op":"export","socket":"/run/vol.sock","volume":"vol"}"#,
+                Request::Export {
+                    volume: "vol".into(),
+                    socket: "/run/vol.sock".into(),
                 },
             ),
             (
@@ -429,18 +469,20 @@ mod tests {
                 r#"{"ok":true,"pid":7,"recovered":["#,
                 r#"{"action":"removed stale state","state":"/s/volumes/x"},"#,
                 r#"{"action":"left serving","pid":9,"volume":"a"},"#,
-                r#"{"action":"detached the dead mount","mountpoint":"/m","volume":"b"}],"#,
+                r#"{"action":"detached the dead mount","mountpoint":"/m","volume":"b"},"#,
+                r#"{"action":"removed the dead export","socket":"/s","volume":"c"}],"#,
                 r#""volumes":[{"generation":2,"initialized":true,"last_failover_ms":16.5,"#,
                 r#""mountpoint":"/mnt/v","pid":42,"restarts":1,"volume":"vol-1"},"#,
                 r#"{"generation":0,"initialized":false,"last_failover_ms":null,"#,
-                r#""mountpoint":"/mnt/w","pid":null,"restarts":0,"volume":"w"}]}"#
+                r#""pid":null,"restarts":0,"socket":"/run/w.sock","transport":"vhost-user-fs","#,
+                r#""volume":"w"}]}"#
             ),
             List {
                 pid: 7,
                 volumes: vec![
                     VolumeStatus {
                         volume: "vol-1".into(),
-                        mountpoint: "/mnt/v".into(),
+                        attachment: Attachment::Mount("/mnt/v".into()),
                         pid: Some(42),
                         generation: 2,
                         restarts: 1,
@@ -449,7 +491,9 @@ mod tests {
                     },
                     VolumeStatus {
                         volume: "w".into(),
-                        mountpoint: "/mnt/w".into(),
+                        attachment: Attachment::VhostUser {
+                            socket: "/run/w.sock".into(),
+                        },
                         pid: None,
                         generation: 0,
                         restarts: 0,
@@ -462,6 +506,7 @@ mod tests {
                         action: RecoveryAction::RemovedStaleState,
                         volume: None,
                         mountpoint: None,
+                        socket: None,
                         pid: None,
                         state: Some("/s/volumes/x".into()),
                     },
@@ -469,6 +514,7 @@ mod tests {
                         action: RecoveryAction::LeftServing,
                         volume: Some("a".into()),
                         mountpoint: None,
+                        socket: None,
                         pid: Some(9),
                         state: None,
                     },
@@ -476,6 +522,15 @@ mod tests {
                         action: RecoveryAction::DetachedDeadMount,
                         volume: Some("b".into()),
                         mountpoint: Some("/m".into()),
+                        socket: None,
+                        pid: None,
+                        state: None,
+                    },
+                    Recovered {
+                        action: RecoveryAction::RemovedDeadExport,
+                        volume: Some("c".into()),
+                        mountpoint: None,
+                        socket: Some("/s".into()),
                         pid: None,
                         state: None,
                     },
@@ -501,12 +556,20 @@ mod tests {
             (
                 mount(),
                 r#"{"mounted":"now","ok":true}"#,
-                Reply::Mounted(Mounted::Now),
+                Reply::Mounted(Attached::Now),
             ),
             (
                 mount(),
                 r#"{"mounted":"already","ok":true}"#,
-                Reply::Mounted(Mounted::Already),
+                Reply::Mounted(Attached::Already),
+            ),
+            (
+                Request::Export {
+                    volume: vol(),
+                    socket: "/s".into(),
+                },
+                r#"{"exported":"already","ok":true}"#,
+                Reply::Exported(Attached::Already),
             ),
             (
                 Request::Serve {
@@ -537,12 +600,11 @@ mod tests {
             (
                 Request::Handover { volume: vol() },
                 handover_text,
-                Reply::Handover(Handover {
-                    version: 1,
-                    volume: vol(),
-                    mountpoint: "/mnt/v".into(),
-                    session: None,
-                }),
+                Reply::Handover(Handover::new(
+                    &vol(),
+                    Attachment::Mount("/mnt/v".into()),
+                    None,
+                )),
             ),
             (
                 Request::Serve {

@@ -3,6 +3,7 @@
 //! ones, for a restarted launcher to see what the node serves, and for `dpufs down` to find
 //! the workers a killed keeper left.
 
+use crate::transport::Attachment;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -10,11 +11,13 @@ use std::path::{Path, PathBuf};
 /// File name of a volume's record inside its directory.
 pub const RECORD: &str = "volume.json";
 
-/// One volume the keeper mounted.
+/// One volume the keeper mounted or exported.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VolumeRecord {
     pub volume: String,
-    pub mountpoint: PathBuf,
+    /// `"mountpoint"`, or `"transport"` and `"socket"` of an export (`crate::transport`).
+    #[serde(flatten)]
+    pub attachment: Attachment,
     /// The worker's own arguments and binary (empty until the volume is served).
     pub args: Vec<String>,
     pub binary: PathBuf,
@@ -81,7 +84,7 @@ mod tests {
     fn record() -> VolumeRecord {
         VolumeRecord {
             volume: "v".into(),
-            mountpoint: "/mnt/v".into(),
+            attachment: Attachment::Mount("/mnt/v".into()),
             args: vec!["--backend".into(), "local:/d".into()],
             binary: "/bin/dpufs-csi".into(),
             worker_pid: Some(42),

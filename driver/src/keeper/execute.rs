@@ -8,6 +8,7 @@ use super::state::{Action, Event, StartSpec, WorkerHandle};
 use crate::fuse;
 use anyhow::{Result, anyhow};
 use dpufs_node_api::handover::SessionRecord;
+use dpufs_node_api::transport::Attachment;
 use std::collections::VecDeque;
 use std::path::Path;
 
@@ -141,24 +142,39 @@ impl Keeper {
         }
     }
 
-    /// Unmounts the volume (lazily if busy) and removes its state.
+    /// Unmounts the volume (lazily if busy), or unlinks its export's socket, and removes its
+    /// state. An export's listener is closed when the volume is forgotten, right after.
     fn unmount_now(&self, volume: &str) -> Result<(), String> {
-        let mountpoint = self
+        let attachment = self
             .volumes()
             .get(volume)
-            .map(|v| v.machine.mountpoint().to_path_buf())
+            .map(|v| v.machine.attachment().clone())
             .ok_or_else(|| format!("no volume {volume}"))?;
-        if fuse::unmount(&mountpoint, false).is_err() {
-            match fuse::unmount(&mountpoint, true) {
-                // Not mounted any more (someone unmounted it): gone all the same.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-                Err(e) => return Err(format!("unmount {}: {e}", mountpoint.display())),
-                Ok(()) => {}
-            }
+        match &attachment {
+            Attachment::Mount(mountpoint) => unmount(mountpoint)?,
+            Attachment::VhostUser { socket } => match std::fs::remove_file(socket) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(format!("unlink {}: {e}", socket.display()));
+                }
+                _ => {}
+            },
         }
         let _ = std::fs::remove_dir_all(self.volume_dir(volume));
         Ok(())
     }
+}
+
+/// Unmounts at once when idle, else lazily.
+fn unmount(mountpoint: &Path) -> Result<(), String> {
+    if fuse::unmount(mountpoint, false).is_err() {
+        match fuse::unmount(mountpoint, true) {
+            // Not mounted any more (someone unmounted it): gone all the same.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => return Err(format!("unmount {}: {e}", mountpoint.display())),
+            Ok(()) => {}
+        }
+    }
+    Ok(())
 }
 
 fn read_session(dir: &Path) -> Option<SessionRecord> {

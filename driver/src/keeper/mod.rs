@@ -1,7 +1,9 @@
 //! The mount keeper (docs/architecture.md, "Worker lifetime"; docs/keeper.md): one process
 //! per node that mounts each volume, holds the connection's original /dev/fuse descriptor
 //! without ever reading from it, hands it to the volume's worker over a unix socket
-//! (SCM_RIGHTS, with a versioned handover), and supervises the workers.
+//! (SCM_RIGHTS, with a versioned handover), and supervises the workers. A volume may instead
+//! be exported over vhost-user-fs: the keeper then holds the export's listening socket, so
+//! that every worker it starts for the volume listens on the same path.
 //!
 //! The kernel keeps a FUSE connection while any descriptor of it is open, and fails only the
 //! requests in flight on a descriptor that closes. Workers read from their own clones, so:
@@ -24,11 +26,12 @@ mod supervise;
 use crate::fuse::{self, MountOptions};
 use crate::ipc::{self, fdpass};
 use anyhow::{Context as _, Result, anyhow, bail};
-use dpufs_node_api::handover::{HANDOVER_VERSION, Handover};
+use dpufs_node_api::handover::Handover;
 use dpufs_node_api::keeper::{
-    List, Mounted, Recovered, Reply, Request, RequestError, VolumeStatus,
+    Attached, List, Recovered, Reply, Request, RequestError, VolumeStatus,
 };
 use dpufs_node_api::record::{self, VolumeRecord};
+use dpufs_node_api::transport::Attachment;
 use process::Worker;
 use state::{Action, Event, Machine, Refused, WorkerHandle};
 use std::collections::BTreeMap;
@@ -41,11 +44,12 @@ use std::time::{Duration, Instant};
 /// How long an `unmount` waits for a worker that is starting (or another unmount).
 const UNMOUNT_WAIT: Duration = Duration::from_secs(60);
 
-/// One volume the keeper mounted.
+/// One volume the keeper mounted or exported.
 #[derive(Debug)]
 struct Volume {
-    /// The connection's original descriptor: held, never read.
-    master: OwnedFd,
+    /// What its workers take by handover, held for the volume's life: a FUSE connection's
+    /// original descriptor (never read), or an export's listening socket (never accepted on).
+    held: OwnedFd,
     machine: Machine<Worker>,
 }
 
@@ -181,6 +185,7 @@ impl Keeper {
                 };
                 self.mount(&volume, mountpoint, &opts)
             }
+            Request::Export { volume, socket } => self.export(&volume, socket),
             Request::Handover { volume } => {
                 let (h, f) = self.handover(&volume)?;
                 *fd = Some(f);
@@ -199,20 +204,45 @@ impl Keeper {
 
     /// Mounts `volume` at `mountpoint` (idempotent for the same mountpoint).
     fn mount(&self, volume: &str, mountpoint: PathBuf, opts: &MountOptions) -> Result<Reply> {
+        let attached = self.attach(volume, Attachment::Mount(mountpoint), |mp| {
+            fuse::mount(mp, opts).with_context(|| format!("mount FUSE on {}", mp.display()))
+        })?;
+        Ok(Reply::Mounted(attached))
+    }
+
+    /// Binds `volume`'s vhost-user listening socket at `socket` and holds it (idempotent for
+    /// the same path). A stale socket file there is replaced; a socket someone answers on is
+    /// refused.
+    fn export(&self, volume: &str, socket: PathBuf) -> Result<Reply> {
+        let attached = self.attach(volume, Attachment::VhostUser { socket }, |path| {
+            let listener = ipc::bind(path)
+                .with_context(|| format!("bind the vhost-user socket {}", path.display()))?;
+            Ok(listener.into())
+        })?;
+        Ok(Reply::Exported(attached))
+    }
+
+    /// A new volume attached as `attachment` by `open` (which is given its path and returns
+    /// what the keeper holds), or the same attachment of a known volume again.
+    fn attach(
+        &self,
+        volume: &str,
+        attachment: Attachment,
+        open: impl FnOnce(&Path) -> Result<OwnedFd>,
+    ) -> Result<Attached> {
         check_name(volume)?;
         let mut vols = self.volumes();
         if vols.contains_key(volume) {
-            self.feed_locked(&mut vols, volume, Event::Mount { mountpoint })
+            self.feed_locked(&mut vols, volume, Event::Attach { attachment })
                 .map_err(refusal)?;
-            return Ok(Reply::Mounted(Mounted::Already));
+            return Ok(Attached::Already);
         }
-        let master = fuse::mount(&mountpoint, opts)
-            .with_context(|| format!("mount FUSE on {}", mountpoint.display()))?;
-        let machine = Machine::new(volume, mountpoint, self.worker_binary.clone());
+        let held = open(attachment.path())?;
+        let machine = Machine::new(volume, attachment, self.worker_binary.clone());
         let saved = self.save_record(volume, &machine);
-        vols.insert(volume.to_string(), Volume { master, machine });
+        vols.insert(volume.to_string(), Volume { held, machine });
         saved?;
-        Ok(Reply::Mounted(Mounted::Now))
+        Ok(Attached::Now)
     }
 
     /// The handover for a worker taking `volume`, and a duplicate of its descriptor (made
@@ -222,13 +252,12 @@ impl Keeper {
         let v = vols
             .get(volume)
             .with_context(|| format!("no volume {volume}"))?;
-        let h = Handover {
-            version: HANDOVER_VERSION,
-            volume: volume.to_string(),
-            mountpoint: v.machine.mountpoint().to_path_buf(),
-            session: v.machine.session().cloned(),
-        };
-        let fd = v.master.try_clone().context("duplicate the descriptor")?;
+        let h = Handover::new(
+            volume,
+            v.machine.attachment().clone(),
+            v.machine.session().cloned(),
+        );
+        let fd = v.held.try_clone().context("duplicate the descriptor")?;
         Ok((h, fd))
     }
 
@@ -304,7 +333,7 @@ impl Keeper {
                 let m = &v.machine;
                 VolumeStatus {
                     volume: name.clone(),
-                    mountpoint: m.mountpoint().to_path_buf(),
+                    attachment: m.attachment().clone(),
                     pid: m.serving().map(WorkerHandle::pid),
                     generation: m.generation(),
                     restarts: m.restarts(),
@@ -324,7 +353,7 @@ impl Keeper {
     fn save_record(&self, volume: &str, m: &Machine<Worker>) -> Result<()> {
         VolumeRecord {
             volume: volume.to_string(),
-            mountpoint: m.mountpoint().to_path_buf(),
+            attachment: m.attachment().clone(),
             args: m.args().to_vec(),
             binary: m.binary().to_path_buf(),
             worker_pid: m.serving().map(WorkerHandle::pid),

@@ -6,10 +6,12 @@ use crate::fuse;
 use anyhow::{Context as _, Result};
 use dpufs_node_api::keeper::{Recovered, RecoveryAction};
 use dpufs_node_api::record::VolumeRecord;
+use dpufs_node_api::transport::Attachment;
 
 impl Keeper {
     /// A mount whose worker is gone too is dead (nobody holds its connection), so it is
-    /// detached and its state removed; one whose worker still runs is left serving and
+    /// detached and its state removed; an export whose worker is gone has nobody listening
+    /// on its socket, which is unlinked. One whose worker still runs is left serving and
     /// reported. Directories without a record are stale and removed.
     pub(super) fn recover(&self) -> Result<Vec<Recovered>> {
         let mut notes = Vec::new();
@@ -17,6 +19,7 @@ impl Keeper {
             action,
             volume: volume.map(str::to_string),
             mountpoint: None,
+            socket: None,
             pid: None,
             state: None,
         };
@@ -31,9 +34,9 @@ impl Keeper {
             };
             if let Some(pid) = rec.worker_pid_here().filter(|&p| is_worker_alive(p)) {
                 tracing::warn!(
-                    "worker {pid} of a previous keeper still serves {} at {}: left as it is",
+                    "worker {pid} of a previous keeper still serves {}, {}: left as it is",
                     rec.volume,
-                    rec.mountpoint.display()
+                    rec.attachment
                 );
                 notes.push(Recovered {
                     pid: Some(pid),
@@ -41,25 +44,41 @@ impl Keeper {
                 });
                 continue;
             }
-            let mounted = fuse::find_mount(&rec.mountpoint)?.is_some_and(|m| m.is_fuse());
-            if mounted {
-                fuse::unmount(&rec.mountpoint, true)
-                    .with_context(|| format!("detach {}", rec.mountpoint.display()))?;
-            }
+            let action = release(&rec.attachment)?;
             std::fs::remove_dir_all(&dir).with_context(|| format!("remove {}", dir.display()))?;
-            let action = if mounted {
-                RecoveryAction::DetachedDeadMount
-            } else {
-                RecoveryAction::RemovedStaleState
+            tracing::info!("{}: {action:?}, {}", rec.volume, rec.attachment);
+            let (mountpoint, socket) = match &rec.attachment {
+                Attachment::Mount(mp) => (Some(mp.clone()), None),
+                Attachment::VhostUser { socket } => (None, Some(socket.clone())),
             };
-            tracing::info!("{}: {action:?} at {}", rec.volume, rec.mountpoint.display());
             notes.push(Recovered {
-                mountpoint: Some(rec.mountpoint.clone()),
+                mountpoint,
+                socket,
                 ..note(action, Some(&rec.volume))
             });
         }
         Ok(notes)
     }
+}
+
+/// Lets go of what a volume nobody serves left attached: its dead FUSE mount (detached), or
+/// its export's socket file (unlinked; the listener died with the previous keeper).
+fn release(attachment: &Attachment) -> Result<RecoveryAction> {
+    Ok(match attachment {
+        Attachment::Mount(mp) => {
+            if fuse::find_mount(mp)?.is_some_and(|m| m.is_fuse()) {
+                fuse::unmount(mp, true).with_context(|| format!("detach {}", mp.display()))?;
+                RecoveryAction::DetachedDeadMount
+            } else {
+                RecoveryAction::RemovedStaleState
+            }
+        }
+        Attachment::VhostUser { socket } => match std::fs::remove_file(socket) {
+            Ok(()) => RecoveryAction::RemovedDeadExport,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => RecoveryAction::RemovedStaleState,
+            Err(e) => return Err(e).with_context(|| format!("unlink {}", socket.display())),
+        },
+    })
 }
 
 /// Whether `pid` is a running volume worker (not a zombie, not a reused pid).

@@ -12,6 +12,7 @@
 //! Die, with one event function).
 
 use dpufs_node_api::handover::SessionRecord;
+use dpufs_node_api::transport::Attachment;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -36,7 +37,8 @@ pub trait WorkerHandle {
 /// Where a volume is.
 #[derive(Debug)]
 pub enum State<W> {
-    /// Mounted, no worker: none was asked for yet, or the one asked for failed to start.
+    /// Mounted (or exported), no worker: none was asked for yet, or the one asked for failed
+    /// to start.
     Mounted,
     /// Worker `generation` is starting; it becomes `Serving` once it answers `health`.
     Starting { generation: u32, cause: Cause },
@@ -58,9 +60,10 @@ pub enum State<W> {
         next_retry: Instant,
         since: Instant,
     },
-    /// Being unmounted: the worker (if any) drains, then the mount goes.
+    /// Being unmounted: the worker (if any) drains, then the mount (or the export's socket)
+    /// goes.
     Draining,
-    /// Unmounted and forgotten.
+    /// Unmounted (or unexported) and forgotten.
     Gone,
 }
 
@@ -93,8 +96,9 @@ impl<W> State<W> {
 /// What happens to a volume.
 #[derive(Debug)]
 pub enum Event<W> {
-    /// A `mount` request for a volume that exists (same mountpoint: nothing to do).
-    Mount { mountpoint: PathBuf },
+    /// A `mount` or `export` request for a volume that exists (attached the same way: nothing
+    /// to do).
+    Attach { attachment: Attachment },
     /// A `serve` request.
     Serve {
         args: Vec<String>,
@@ -125,7 +129,7 @@ pub enum Event<W> {
 impl<W> Event<W> {
     fn name(&self) -> &'static str {
         match self {
-            Event::Mount { .. } => "mount",
+            Event::Attach { .. } => "attach",
             Event::Serve { .. } => "serve",
             Event::Upgrade { .. } => "upgrade",
             Event::Unmount => "unmount",
@@ -148,7 +152,8 @@ pub enum Action<W> {
     Reap(W),
     /// Stop a worker that serves a handed descriptor and wait until it exits.
     Drain(W),
-    /// Unmount the volume and remove its state; then feed `Unmounted`.
+    /// Unmount the volume (or close and unlink its socket) and remove its state; then feed
+    /// `Unmounted`.
     Unmount,
 }
 
@@ -176,7 +181,7 @@ pub enum Refused {
 #[derive(Debug)]
 pub struct Machine<W> {
     volume: String,
-    mountpoint: PathBuf,
+    attachment: Attachment,
     state: State<W>,
     /// The worker's own arguments (backend, caching) and binary.
     args: Vec<String>,
@@ -191,12 +196,12 @@ pub struct Machine<W> {
 }
 
 impl<W: WorkerHandle> Machine<W> {
-    /// A volume just mounted at `mountpoint`, whose workers are `binary` unless a request
-    /// says otherwise.
-    pub fn new(volume: &str, mountpoint: PathBuf, binary: PathBuf) -> Machine<W> {
+    /// A volume just attached (mounted or exported), whose workers are `binary` unless a
+    /// request says otherwise.
+    pub fn new(volume: &str, attachment: Attachment, binary: PathBuf) -> Machine<W> {
         Machine {
             volume: volume.to_string(),
-            mountpoint,
+            attachment,
             state: State::Mounted,
             args: Vec::new(),
             binary,
@@ -210,8 +215,8 @@ impl<W: WorkerHandle> Machine<W> {
     pub fn state(&self) -> &State<W> {
         &self.state
     }
-    pub fn mountpoint(&self) -> &Path {
-        &self.mountpoint
+    pub fn attachment(&self) -> &Attachment {
+        &self.attachment
     }
     pub fn args(&self) -> &[String] {
         &self.args
@@ -282,15 +287,15 @@ impl<W: WorkerHandle> Machine<W> {
             (Gone, Event::Serve { .. } | Event::Upgrade { .. } | Event::Unmount) => {
                 (Gone, Err(Refused::No(format!("no volume {v}"))))
             }
-            (Draining, Event::Mount { .. } | Event::Serve { .. } | Event::Upgrade { .. }) => (
+            (Draining, Event::Attach { .. } | Event::Serve { .. } | Event::Upgrade { .. }) => (
                 Draining,
                 Err(Refused::No(format!("volume {v} is being unmounted"))),
             ),
-            (s, Event::Mount { mountpoint }) => {
-                if mountpoint == self.mountpoint {
+            (s, Event::Attach { attachment }) => {
+                if attachment == self.attachment {
                     (s, none())
                 } else {
-                    let e = format!("volume {v} is mounted at {}", self.mountpoint.display());
+                    let e = format!("volume {v} is {}", self.attachment);
                     (s, Err(Refused::No(e)))
                 }
             }

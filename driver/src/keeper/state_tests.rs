@@ -18,7 +18,11 @@ impl WorkerHandle for W {
 }
 
 fn machine() -> Machine<W> {
-    Machine::new("v", "/mnt/v".into(), "/bin/worker".into())
+    Machine::new(
+        "v",
+        Attachment::Mount("/mnt/v".into()),
+        "/bin/worker".into(),
+    )
 }
 
 fn serve() -> Event<W> {
@@ -346,17 +350,46 @@ fn a_failed_volume_unmounts_without_a_drain_and_a_failed_unmount_stays_mounted()
 fn mount_is_idempotent_for_the_same_mountpoint_only() {
     let t = Instant::now();
     let mut m = machine();
-    let same = Event::Mount {
-        mountpoint: "/mnt/v".into(),
+    let same = Event::Attach {
+        attachment: Attachment::Mount("/mnt/v".into()),
     };
     assert!(m.on(same, t).unwrap().is_empty());
-    let other = Event::Mount {
-        mountpoint: "/mnt/w".into(),
+    let other = Event::Attach {
+        attachment: Attachment::Mount("/mnt/w".into()),
     };
     assert_eq!(
         m.on(other, t).unwrap_err(),
         Refused::No("volume v is mounted at /mnt/v".into())
     );
+    let export = Event::Attach {
+        attachment: Attachment::VhostUser {
+            socket: "/run/v.sock".into(),
+        },
+    };
+    assert_eq!(
+        m.on(export, t).unwrap_err(),
+        Refused::No("volume v is mounted at /mnt/v".into())
+    );
+}
+
+#[test]
+fn export_is_idempotent_for_the_same_socket_only() {
+    let t = Instant::now();
+    let socket = |p: &str| Attachment::VhostUser { socket: p.into() };
+    let mut m: Machine<W> = Machine::new("v", socket("/run/v.sock"), "/bin/worker".into());
+    let same = Event::Attach {
+        attachment: socket("/run/v.sock"),
+    };
+    assert!(m.on(same, t).unwrap().is_empty());
+    for other in [socket("/run/w.sock"), Attachment::Mount("/mnt/v".into())] {
+        assert_eq!(
+            m.on(Event::Attach { attachment: other }, t).unwrap_err(),
+            Refused::No("volume v is exported on vhost-user socket /run/v.sock".into())
+        );
+    }
+    // An export's worker is started, replaced and drained like a mount's.
+    let start = m.on(serve(), t).unwrap();
+    assert!(matches!(&start[..], [Action::Start(s)] if s.generation == 1));
 }
 
 #[test]

@@ -78,6 +78,7 @@ impl Shared {
             in_flight: self.stats.in_flight(),
             uptime_secs: self.stats.uptime().as_secs_f64(),
             qos: self.throttle.limits(),
+            frontend: None,
             info: self.info.clone(),
         }
     }

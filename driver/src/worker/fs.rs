@@ -25,7 +25,7 @@ use dpufs_daos::dfs::{
     Attr, Dfs, DfsError, Errno, Oid, ROOT_OID, S_IFDIR, S_IFMT, S_IFREG, SetAttr, TimeSet,
     Timespec, XattrMode,
 };
-use dpufs_node_api::handover::{HANDOVER_VERSION, HandoverError, SessionConfig, SessionRecord};
+use dpufs_node_api::handover::{HandoverError, SESSION_VERSION, SessionConfig, SessionRecord};
 use fuse_backend_rs::abi::fuse_abi::{CreateIn, stat64, statvfs64};
 use fuse_backend_rs::api::filesystem::{
     Context, DirEntry, Entry, FileSystem, FsOptions, GetxattrReply, ListxattrReply, OpenOptions,
@@ -441,7 +441,7 @@ impl DfsFs {
             return;
         };
         let record = SessionRecord {
-            version: HANDOVER_VERSION,
+            version: SESSION_VERSION,
             offered: offered.bits(),
             enabled: enabled.bits(),
             offered_names: format!("{offered:?}"),

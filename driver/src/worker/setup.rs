@@ -14,6 +14,7 @@ use anyhow::{Context as _, Result, bail};
 use dpufs_node_api::control::WorkerInfo;
 use dpufs_node_api::handover::SessionRecord;
 use dpufs_node_api::qos::QosLimits;
+use dpufs_node_api::transport::Transport;
 use dpufs_node_api::wire;
 use fuse_backend_rs::api::server::Server;
 use std::io;
@@ -121,10 +122,16 @@ impl Connection {
             FuseSource::Keeper { socket, volume } => {
                 let (handover, master) = ipc::keeper::take_over(socket, volume)
                     .with_context(|| format!("take volume {volume} from the keeper"))?;
+                let Some(mountpoint) = handover.attachment.mountpoint() else {
+                    bail!(
+                        "the keeper exports volume {volume}: {}",
+                        handover.attachment
+                    );
+                };
                 Connection {
                     master,
                     owned: OwnMount(None),
-                    mountpoint: Some(handover.mountpoint),
+                    mountpoint: Some(mountpoint.to_path_buf()),
                     session: handover.session,
                 }
             }
@@ -173,7 +180,9 @@ fn worker_info(cfg: &WorkerConfig, conn: &Connection) -> WorkerInfo {
         version: 1,
         pid: std::process::id(),
         backend: cfg.backend.to_string(),
+        transport: Transport::Fuse,
         mountpoint: conn.mountpoint.clone(),
+        socket: None,
         owns_mount: conn.owned.0.is_some(),
         fsname: cfg.fsname.clone(),
         threads: cfg.threads as u64,

@@ -16,7 +16,7 @@ use crate::csi::error::{PathError, StageError};
 use crate::csi::label::REQUEST_ATTR;
 use crate::csi::qos;
 use crate::csi::volume_id::{VolumeId, VolumeIdError};
-use crate::launcher::{WantedVolume, ensure_volume};
+use crate::launcher::{Attachment, WantedVolume, ensure_volume};
 use dpufs_node_api::keeper::{Reply, Request as KeeperRequest};
 use dpufs_node_api::qos::QosLimits;
 use dpufs_proto::csi::v1::{NodeStageVolumeRequest, NodeUnstageVolumeRequest};
@@ -100,7 +100,7 @@ impl NodeService {
             .map_err(|e| node_err("writing the stage record")(e.to_string()))?;
         let want = WantedVolume {
             name: files.keeper_volume.clone(),
-            mountpoint: staging,
+            attachment: Attachment::Mount(staging),
             worker_args: self.worker_args(data, &files),
         };
         let state_dir = self.config.state_dir.clone();
