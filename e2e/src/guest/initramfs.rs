@@ -15,8 +15,6 @@ use std::process::Command;
 pub enum GuestFile {
     /// These bytes, mode 0644.
     Bytes { path: String, data: Vec<u8> },
-    /// A copy of a host file, with its permission bits.
-    Host { path: String, host: PathBuf },
     /// A host executable, with every shared library and the loader it needs.
     Binary { path: String, host: PathBuf },
 }
@@ -43,7 +41,6 @@ pub fn build(
             GuestFile::Bytes { path, data } => {
                 cpio.file(path, 0o644, data.len() as u64, data.as_slice())?
             }
-            GuestFile::Host { path, host } => copy_host_file(&mut cpio, path, host)?,
             GuestFile::Binary { path, host } => copy_binary(&mut cpio, path, host)?,
         }
     }

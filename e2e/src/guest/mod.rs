@@ -192,7 +192,8 @@ impl GuestBuilder {
 
 /// Waits until a unix socket listens at `path`, without connecting to it: a vhost-user backend
 /// serves the first connection only (the C virtiofsd then exits), and QEMU needs it listening
-/// when it starts. Reads `/proc/net/unix`, where a listening socket has flag `__SO_ACCEPTCON`.
+/// when it starts. Reads `/proc/net/unix`, where a listening socket has flag `__SO_ACCEPTCON`;
+/// it lists the sockets of the caller's network namespace only.
 pub fn wait_for_listener(path: &Path, timeout: Duration) -> anyhow::Result<()> {
     const SO_ACCEPTCON: u32 = 1 << 16;
     let deadline = Instant::now() + timeout;
@@ -251,11 +252,6 @@ impl Guest {
             self.hotplug_slots
         );
         qemu::hotplug_port(i)
-    }
-
-    /// QEMU's process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
     }
 
     /// The console log so far: the kernel's messages, /init's and the script's stderr.
