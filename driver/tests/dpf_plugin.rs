@@ -64,10 +64,10 @@ impl DeviceBackend for MemoryAgent {
     async fn create(&self, spec: &DeviceSpec) -> Result<String, BackendError> {
         match spec.volume_id.as_str() {
             MISSING => {
-                return Err(BackendError::VolumeNotFound {
-                    volume_id: spec.volume_id.clone(),
-                    reason: "its container does not exist".into(),
-                });
+                return Err(BackendError::NotFound(format!(
+                    "volume {}: its container does not exist",
+                    spec.volume_id
+                )));
             }
             FORBIDDEN => {
                 return Err(BackendError::Refused(

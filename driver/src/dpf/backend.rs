@@ -37,23 +37,35 @@ pub struct Device {
     pub spec: DeviceSpec,
 }
 
-/// Why the backend could not do what the plugin asked. The plugin maps each kind to one gRPC
-/// code (`dpf::error`); the text says what happened, for people.
+/// Why the backend could not do what the plugin asked: one kind per gRPC code the plugin
+/// answers with (`dpf::error`); the text says what happened, for people.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
     /// The volume does not exist in its storage (or its id names none of dpufs's).
-    #[error("volume {volume_id} does not exist: {reason}")]
-    VolumeNotFound { volume_id: String, reason: String },
-    /// The volume id or the contexts are malformed for dpufs.
+    #[error("{0}")]
+    NotFound(String),
+    /// The volume id is malformed for dpufs.
     #[error("{0}")]
     Invalid(String),
     /// The agent will not stage this volume here (e.g. its tenant may not use this host).
     #[error("{0}")]
     Refused(String),
+    /// The volume cannot be staged as things are (e.g. its container was not made by dpufs,
+    /// its DAOS system has no data endpoint).
+    #[error("{0}")]
+    Precondition(String),
+    /// The volume is staged on this DPU in a way that conflicts (read-only against
+    /// read-write).
+    #[error("{0}")]
+    Conflict(String),
     /// The DPU has no room for another volume.
     #[error("{0}")]
     Exhausted(String),
-    /// The storage or the agent's directory cannot be reached now; a retry may succeed.
+    /// Another call on the volume is in progress in the agent; a retry succeeds.
+    #[error("{0}")]
+    Busy(String),
+    /// The storage, the API server or the agent's directory cannot be reached now; a retry
+    /// may succeed.
     #[error("{0}")]
     Unavailable(String),
     /// Anything else: a worker that would not start, a file that could not be written.

@@ -89,10 +89,13 @@ impl PluginError {
             P::DeleteOtherDevice { .. } => Code::FailedPrecondition,
             P::Incompatible { .. } => Code::AlreadyExists,
             P::Backend { source, .. } => match source {
-                BackendError::VolumeNotFound { .. } => Code::NotFound,
+                BackendError::NotFound(_) => Code::NotFound,
                 BackendError::Invalid(_) => Code::InvalidArgument,
                 BackendError::Refused(_) => Code::PermissionDenied,
+                BackendError::Precondition(_) => Code::FailedPrecondition,
+                BackendError::Conflict(_) => Code::AlreadyExists,
                 BackendError::Exhausted(_) => Code::ResourceExhausted,
+                BackendError::Busy(_) => Code::Aborted,
                 BackendError::Unavailable(_) => Code::Unavailable,
                 BackendError::Failed(_) => Code::Internal,
             },
@@ -181,12 +184,24 @@ mod tests {
                 "already in progress",
             ),
             (
-                backend(BackendError::VolumeNotFound {
-                    volume_id: "v1/a".into(),
-                    reason: "no such container".into(),
-                }),
+                backend(BackendError::NotFound("volume v1/a does not exist".into())),
                 Code::NotFound,
-                "CreateDevice: volume v1/a does not exist: no such container",
+                "CreateDevice: volume v1/a does not exist",
+            ),
+            (
+                backend(BackendError::Precondition("not provisioned by".into())),
+                Code::FailedPrecondition,
+                "not provisioned by",
+            ),
+            (
+                backend(BackendError::Conflict("staged read-only".into())),
+                Code::AlreadyExists,
+                "staged read-only",
+            ),
+            (
+                backend(BackendError::Busy("in progress".into())),
+                Code::Aborted,
+                "in progress",
             ),
             (
                 backend(BackendError::Invalid("bad id".into())),
