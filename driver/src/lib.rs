@@ -10,6 +10,7 @@
 
 pub mod csi;
 pub mod dpf;
+pub mod dpu;
 pub mod fuse;
 pub mod ipc;
 pub mod keeper;

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | [`Request::Health`] | [`Reply::Health`] |
 //! | [`Request::Stats`] | [`Reply::Stats`] |
+//! | [`Request::Statfs`] | [`Reply::Statfs`]: the usage the kernel's statfs(2) of the volume sees |
 //! | [`Request::Stop`] | [`Reply::Stopping`], sent before the stop begins |
 //! | anything else | [`Reply::Refused`] |
 
@@ -24,6 +25,9 @@ pub enum Request {
     Health,
     /// Its counters.
     Stats,
+    /// The volume's usage, as statfs(2) of a mount of it reports it: what the DPU agent
+    /// answers GetVolumeStats with, having no mount of its own to ask.
+    Statfs,
     /// Stop: unmount (when it mounted) or drain (when it serves a handed descriptor).
     Stop,
 }
@@ -35,6 +39,7 @@ impl Request {
         match v.get("op").and_then(Value::as_str) {
             Some("health") => Ok(Request::Health),
             Some("stats") => Ok(Request::Stats),
+            Some("statfs") => Ok(Request::Statfs),
             Some("stop") => Ok(Request::Stop),
             Some(other) => Err(format!("unknown op {other:?}")),
             None => Err("missing \"op\"".to_string()),
@@ -55,6 +60,7 @@ impl Request {
         Ok(match self {
             Request::Health => Reply::Health(wire::payload("health", v)?),
             Request::Stats => Reply::Stats(wire::payload::<StatsBody>("stats", v)?.stats),
+            Request::Statfs => Reply::Statfs(wire::payload::<StatfsBody>("statfs", v)?.statfs),
             Request::Stop => {
                 let b: StoppingBody = wire::payload("stop", v)?;
                 if b.state != WorkerState::Stopping {
@@ -76,6 +82,8 @@ pub enum Reply {
     Health(Health),
     /// `{"ok":true,"stats":{…}}`.
     Stats(WorkerStats),
+    /// `{"ok":true,"statfs":{…}}`.
+    Statfs(FsUsage),
     /// `{"ok":true,"state":"stopping"}`.
     Stopping,
     /// `{"ok":false,"error":"…"}`.
@@ -92,6 +100,7 @@ impl Reply {
         match self {
             Reply::Health(h) => wire::ok(h),
             Reply::Stats(s) => wire::ok(&StatsBody { stats: s.clone() }),
+            Reply::Statfs(u) => wire::ok(&StatfsBody { statfs: *u }),
             Reply::Stopping => wire::ok(&StoppingBody {
                 state: WorkerState::Stopping,
             }),
@@ -110,6 +119,23 @@ impl Serialize for Reply {
 #[derive(Serialize, Deserialize)]
 struct StatsBody {
     stats: WorkerStats,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StatfsBody {
+    statfs: FsUsage,
+}
+
+/// A volume's usage in statvfs(3)'s terms: blocks of `block_size` bytes and files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FsUsage {
+    pub block_size: u64,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    /// Free to unprivileged users.
+    pub blocks_available: u64,
+    pub files: u64,
+    pub files_free: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -222,6 +248,7 @@ mod tests {
         for (text, req) in [
             (r#"{"op":"health"}"#, Request::Health),
             (r#"{"op":"stats"}"#, Request::Stats),
+            (r#"{"op":"statfs"}"#, Request::Statfs),
             (r#"{"op":"stop"}"#, Request::Stop),
         ] {
             assert_eq!(req.encode(), text);
@@ -362,6 +389,22 @@ mod tests {
                     r#""p50_us":32,"p99_us":32}},"transport_errors":0,"uptime_secs":1.5}}"#
                 ),
                 Reply::Stats(stats()),
+            ),
+            (
+                Request::Statfs,
+                concat!(
+                    r#"{"ok":true,"statfs":{"block_size":4096,"blocks":262144,"#,
+                    r#""blocks_available":262000,"blocks_free":262000,"files":4294967299,"#,
+                    r#""files_free":4294967296}}"#
+                ),
+                Reply::Statfs(FsUsage {
+                    block_size: 4096,
+                    blocks: 262144,
+                    blocks_free: 262000,
+                    blocks_available: 262000,
+                    files: (1 << 32) + 3,
+                    files_free: 1 << 32,
+                }),
             ),
             (
                 Request::Stop,

@@ -539,7 +539,8 @@ fn snapshot_code(e: &SnapshotError) -> Code {
     }
 }
 
-fn stage_code(e: &StageError) -> Code {
+/// The code of a stage error; also the DPU agent's, for the part of staging it shares.
+pub(crate) fn stage_code(e: &StageError) -> Code {
     use StageError as S;
     match e {
         S::MissingId(_)

@@ -4,10 +4,9 @@
 use crate::csi::controller::ControllerService;
 use crate::csi::directory::Directory;
 use crate::csi::identity::IdentityService;
-use crate::csi::node::NodeService;
 use dpufs_proto::csi::v1::controller_server::ControllerServer;
 use dpufs_proto::csi::v1::identity_server::IdentityServer;
-use dpufs_proto::csi::v1::node_server::NodeServer;
+use dpufs_proto::csi::v1::node_server::{Node, NodeServer};
 use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -112,11 +111,11 @@ pub async fn serve_controller_until(
     serve_routes(endpoint, "Identity and Controller", routes, shutdown).await
 }
 
-/// Serves Identity and Node on `endpoint` until `shutdown` completes; removes the socket
-/// file afterwards. Identity's Probe reports `ready` (the plugin's own state only).
-pub async fn serve_node_until(
+/// Serves Identity and Node (host mode's [`crate::csi::NodeService`], or DPU mode's host shim) on
+/// `endpoint` until `shutdown` completes; removes the socket file afterwards. Identity's Probe reports `ready` (the plugin's own state only).
+pub async fn serve_node_until<N: Node>(
     endpoint: &str,
-    node: NodeService,
+    node: N,
     ready: impl Fn() -> bool + Send + Sync + 'static,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {

@@ -1,7 +1,7 @@
 //! The client of a worker's control socket (`<worker state>/control.sock`).
 
 use super::line;
-use dpufs_node_api::control::{Health, Reply, Request, WorkerStats};
+use dpufs_node_api::control::{FsUsage, Health, Reply, Request, WorkerStats};
 use std::io;
 use std::path::Path;
 
@@ -25,6 +25,14 @@ pub fn health(path: &Path) -> io::Result<Health> {
 pub fn stats(path: &Path) -> io::Result<WorkerStats> {
     match request(path, &Request::Stats)? {
         Reply::Stats(s) => Ok(s),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// The volume's usage as the worker's file system reports it; a refusal is an error.
+pub fn statfs(path: &Path) -> io::Result<FsUsage> {
+    match request(path, &Request::Statfs)? {
+        Reply::Statfs(u) => Ok(u),
         other => Err(unexpected(other)),
     }
 }

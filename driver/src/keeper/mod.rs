@@ -90,6 +90,16 @@ impl Keeper {
         state_dir.join("keeper.sock")
     }
 
+    /// The control socket of the volume's worker of `generation` (its `list` entry says
+    /// which serves now).
+    pub fn worker_control_socket(state_dir: &Path, volume: &str, generation: u32) -> PathBuf {
+        state_dir
+            .join("volumes")
+            .join(volume)
+            .join(format!("worker-{generation}"))
+            .join("control.sock")
+    }
+
     fn volumes(&self) -> MutexGuard<'_, Volumes> {
         lock(&self.volumes)
     }
@@ -369,7 +379,10 @@ impl Keeper {
     }
 
     fn worker_dir(&self, volume: &str, generation: u32) -> PathBuf {
-        self.volume_dir(volume).join(format!("worker-{generation}"))
+        Keeper::worker_control_socket(&self.state_dir, volume, generation)
+            .parent()
+            .expect("a control socket is in its worker's directory")
+            .to_path_buf()
     }
 }
 

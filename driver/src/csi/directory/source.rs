@@ -33,8 +33,10 @@ pub struct DirectoryArgs {
     /// DaosSystem, DaosPool and DaosTenant objects, through the in-cluster configuration or
     /// $KUBECONFIG), or a static directory's JSON file (system with its dataEndpoint,
     /// pools, tenants, defaultTenant). docs/csi.md describes both.
-    #[arg(long, value_name = "kubernetes|FILE")]
-    pub directory: DirectorySource,
+    /// (Required; `dpufs-csi node --mode dpu-host` alone goes without, as it reads no
+    /// directory.)
+    #[arg(long, value_name = "kubernetes|FILE", required = true)]
+    pub directory: Option<DirectorySource>,
     /// With `--directory kubernetes`: the DaosTenant of requests that name no namespace
     /// (CSI clients other than Kubernetes); without it they are refused.
     #[arg(long, value_name = "DAOSTENANT")]
@@ -56,13 +58,15 @@ pub enum OpenError {
         "--default-tenant is for --directory kubernetes; a directory file names its defaultTenant"
     )]
     DefaultTenantWithFile,
+    #[error("--directory is required: kubernetes, or a static directory's JSON file")]
+    Missing,
 }
 
 impl DirectoryArgs {
     /// The directory the flags name. A Kubernetes one starts its watches on the current
     /// Tokio runtime and is not ready until they have listed everything.
     pub async fn open(&self) -> Result<Arc<dyn Directory>, OpenError> {
-        match &self.directory {
+        match self.directory.as_ref().ok_or(OpenError::Missing)? {
             DirectorySource::File(path) => {
                 if self.default_tenant.is_some() {
                     return Err(OpenError::DefaultTenantWithFile);
@@ -93,13 +97,13 @@ mod tests {
     #[test]
     fn kubernetes_or_a_file() {
         let f = Flags::parse_from(["t", "--directory", "kubernetes", "--default-tenant", "a"]);
-        assert_eq!(f.directory.directory, DirectorySource::Kubernetes);
+        assert_eq!(f.directory.directory, Some(DirectorySource::Kubernetes));
         assert_eq!(f.directory.default_tenant.as_deref(), Some("a"));
         assert_eq!(f.directory.tls_dir, PathBuf::from("/tmp/dpufs-csi/tls"));
         let f = Flags::parse_from(["t", "--directory", "/etc/dpufs/directory.json"]);
         assert_eq!(
             f.directory.directory,
-            DirectorySource::File("/etc/dpufs/directory.json".into())
+            Some(DirectorySource::File("/etc/dpufs/directory.json".into()))
         );
         assert!(
             Flags::try_parse_from(["t"]).is_err(),

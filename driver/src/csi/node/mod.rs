@@ -10,10 +10,11 @@
 
 pub mod agent;
 pub mod mounts;
-mod publish;
+pub mod prepare;
+pub(crate) mod publish;
 pub mod record;
-mod stage;
-mod stats;
+pub(crate) mod stage;
+pub(crate) mod stats;
 
 use crate::csi::directory::Directory;
 use crate::csi::error::{CsiError, PathError};
@@ -25,6 +26,7 @@ use dpufs_proto::csi::v1::{
     self as csi, NodeServiceCapability, Topology, VolumeCapability, node_server::Node,
     node_service_capability, volume_capability,
 };
+use prepare::Stager;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
@@ -51,6 +53,7 @@ pub struct NodeConfig {
 pub struct NodeService {
     config: NodeConfig,
     dir: Arc<dyn Directory>,
+    stager: Stager,
     locks: VolumeLocks,
 }
 
@@ -64,16 +67,24 @@ impl std::fmt::Debug for NodeService {
 
 impl NodeService {
     pub fn new(config: NodeConfig, dir: Arc<dyn Directory>) -> NodeService {
+        let stager = Stager::new(
+            config.state_dir.clone(),
+            dir.clone(),
+            config.agent.clone(),
+            config.max_volumes,
+            config.worker_args.clone(),
+        );
         NodeService {
             config,
             dir,
+            stager,
             locks: VolumeLocks::default(),
         }
     }
 
     /// Where the plugin's records and capability files are.
     pub fn records_dir(&self) -> PathBuf {
-        self.config.state_dir.join("csi")
+        self.stager.records_dir()
     }
 
     fn keeper_socket(&self) -> PathBuf {
@@ -113,47 +124,56 @@ impl NodeService {
 }
 
 impl NodeService {
-    /// A path from kubelet the plugin may mount on, unmount or remove: absolute, without `..`
-    /// or NUL, within Linux's limits, and under the mount root (kubelet's directory). The
-    /// plugin runs as root: a relative path would resolve against its own working directory,
-    /// and a path elsewhere (`/tmp`, `/proc`) is never one kubelet sends.
+    /// A path from kubelet under this plugin's mount root ([`node_path`]).
     fn node_path(&self, what: &'static str, raw: &str) -> Result<PathBuf, PathError> {
-        let bad = |reason| PathError {
-            what,
-            path: raw.to_string(),
-            reason,
-        };
-        let path = std::path::Path::new(raw);
-        if !path.is_absolute() {
-            return Err(bad("is not absolute"));
-        }
-        if raw.contains('\0') {
-            return Err(bad("contains NUL"));
-        }
-        if path
-            .components()
-            .any(|c| c == std::path::Component::ParentDir)
-        {
-            return Err(bad("contains .."));
-        }
-        if raw.len() > 4095 || path.iter().any(|c| c.len() > 255) {
-            return Err(bad("is longer than Linux allows (PATH_MAX, NAME_MAX)"));
-        }
-        if !path.starts_with(&self.config.mount_root) || path == self.config.mount_root {
-            return Err(bad("is not under the node plugin's --mount-root"));
-        }
-        Ok(path.to_path_buf())
+        node_path(&self.config.mount_root, what, raw)
     }
+}
+
+/// A path from kubelet a node plugin may mount on, unmount or remove: absolute, without `..`
+/// or NUL, within Linux's limits, and under the mount root (kubelet's directory). The plugin
+/// runs as root: a relative path would resolve against its own working directory, and a path
+/// elsewhere (`/tmp`, `/proc`) is never one kubelet sends.
+pub(crate) fn node_path(
+    mount_root: &std::path::Path,
+    what: &'static str,
+    raw: &str,
+) -> Result<PathBuf, PathError> {
+    let bad = |reason| PathError {
+        what,
+        path: raw.to_string(),
+        reason,
+    };
+    let path = std::path::Path::new(raw);
+    if !path.is_absolute() {
+        return Err(bad("is not absolute"));
+    }
+    if raw.contains('\0') {
+        return Err(bad("contains NUL"));
+    }
+    if path
+        .components()
+        .any(|c| c == std::path::Component::ParentDir)
+    {
+        return Err(bad("contains .."));
+    }
+    if raw.len() > 4095 || path.iter().any(|c| c.len() > 255) {
+        return Err(bad("is longer than Linux allows (PATH_MAX, NAME_MAX)"));
+    }
+    if !path.starts_with(mount_root) || path == mount_root {
+        return Err(bad("is not under the node plugin's --mount-root"));
+    }
+    Ok(path.to_path_buf())
 }
 
 /// Whether `path` is a directory (not a symlink to one): what a staging path must be, and an
 /// existing target, before the plugin mounts on it.
-fn is_directory(path: &std::path::Path) -> bool {
+pub(crate) fn is_directory(path: &std::path::Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
 }
 
 /// Whether a capability only reads: its access mode lets no one write.
-fn reader_only(cap: &VolumeCapability) -> bool {
+pub(crate) fn reader_only(cap: &VolumeCapability) -> bool {
     use volume_capability::access_mode::Mode;
     cap.access_mode
         .as_ref()

@@ -1,19 +1,24 @@
 //! NodePublishVolume and NodeUnpublishVolume: a bind mount of the staged volume into the
 //! pod's target (read-only when asked or when the volume was staged for reading), after
 //! checking that the pod's namespace belongs to the volume's tenant.
+//!
+//! The request checks and the bind itself are free functions the DPU mode's host shim shares
+//! (`crate::dpu::shim`): it mounts a virtio-fs device at the staging path instead of a FUSE
+//! connection, and binds it the same way.
 
 use super::mounts;
 use super::reader_only;
 use super::record::{StagedVolume, VolumeFiles};
-use super::{NodeService, is_directory};
+use super::{NodeService, is_directory, node_path};
 use crate::csi::controller::check_capability;
 use crate::csi::directory::DirectoryError;
 use crate::csi::error::{PathError, PublishError};
 use crate::csi::volume_id::{VolumeId, VolumeIdError};
+use dpufs_node_api::mountinfo::MountInfo;
 use dpufs_proto::csi::v1::{
     NodePublishVolumeRequest, NodeUnpublishVolumeRequest, VolumeCapability,
 };
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The pod's namespace, which kubelet adds to the volume context (CSIDriver
 /// `podInfoOnMount: true`).
@@ -29,76 +34,15 @@ fn node_err(step: &str) -> impl FnOnce(std::io::Error) -> PublishError + '_ {
 impl NodeService {
     /// NodePublishVolume.
     pub async fn publish(&self, req: NodePublishVolumeRequest) -> Result<(), PublishError> {
-        const RPC: &str = "NodePublishVolume";
-        if req.volume_id.is_empty() {
-            return Err(PublishError::MissingId(RPC));
-        }
-        if req.target_path.is_empty() {
-            return Err(PublishError::MissingTargetPath(RPC));
-        }
-        let cap = req
-            .volume_capability
-            .as_ref()
-            .ok_or(PublishError::MissingCapability)?;
-        check_capability(cap)?;
-        if req.staging_target_path.is_empty() {
-            return Err(PublishError::MissingStagingPath);
-        }
-        let staging = self.node_path("staging target path", &req.staging_target_path)?;
-        let target = self.node_path("target path", &req.target_path)?;
+        let (staging, target) = publish_paths(&req, &self.config.mount_root)?;
         let _guard = self
             .locks
             .try_lock(format!("target {}", target.display()))?;
         let volume = self.staged(&req.volume_id, &staging)?;
         self.check_tenant(&volume, req.volume_context.get(POD_NAMESPACE))
             .await?;
-        let read_only = req.readonly || reader_only(cap) || volume.read_only;
-        let staged_dev = mounts::at(&staging)
-            .map_err(node_err("reading the mount table"))?
-            .ok_or_else(|| not_staged(&req.volume_id, &staging))?
-            .dev;
-        match mounts::at(&target).map_err(node_err("reading the mount table"))? {
-            Some(m) if m.dev == staged_dev && m.read_only == read_only => return Ok(()),
-            Some(m) if m.dev == staged_dev => {
-                return Err(PublishError::Incompatible {
-                    id: req.volume_id,
-                    target: target.display().to_string(),
-                    read_only: m.read_only,
-                });
-            }
-            Some(_) => {
-                return Err(PublishError::TargetInUse {
-                    target: target.display().to_string(),
-                });
-            }
-            None => {}
-        }
-        if single_writer(cap) {
-            check_sole_target(&req.volume_id, staged_dev, &staging)?;
-        }
-        match std::fs::create_dir(&target) {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && is_directory(&target) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::NotFound
-                ) =>
-            {
-                return Err(PublishError::Path(PathError {
-                    what: "target path",
-                    path: req.target_path,
-                    reason: if e.kind() == std::io::ErrorKind::NotFound {
-                        "has no parent directory (kubelet creates it)"
-                    } else {
-                        "exists and is not a directory"
-                    },
-                }));
-            }
-            other => other.map_err(node_err("creating the target path"))?,
-        }
-        mounts::bind(&staging, &target, read_only).map_err(node_err("bind-mounting"))?;
-        tracing::info!(volume_id = %req.volume_id, target = %target.display(), read_only, "volume published");
-        Ok(())
+        let read_only = publish_read_only(&req) || volume.read_only;
+        bind_target(&req, &staging, &target, read_only)
     }
 
     /// The record of a volume staged at `staging`: NOT_FOUND for a volume this node has not
@@ -111,7 +55,7 @@ impl NodeService {
         };
         let files = VolumeFiles::of(&self.records_dir(), &id);
         match StagedVolume::load(&files.record).map_err(node_err("reading the stage record"))? {
-            Some(v) if v.staging_path == staging => Ok(v),
+            Some(v) if v.served_at == staging => Ok(v),
             Some(_) => Err(not_staged(raw_id, staging)),
             None => Err(PublishError::NotFound(raw_id.into())),
         }
@@ -153,37 +97,17 @@ impl NodeService {
     /// NodeUnpublishVolume: unmounts the target and removes it; a target that is gone, not
     /// mounted or whose mount is dead is fine.
     pub async fn unpublish(&self, req: NodeUnpublishVolumeRequest) -> Result<(), PublishError> {
-        const RPC: &str = "NodeUnpublishVolume";
-        if req.volume_id.is_empty() {
-            return Err(PublishError::MissingId(RPC));
-        }
-        if req.target_path.is_empty() {
-            return Err(PublishError::MissingTargetPath(RPC));
-        }
-        let target = self.node_path("target path", &req.target_path)?;
+        let target = unpublish_path(&req, &self.config.mount_root)?;
         let _guard = self
             .locks
             .try_lock(format!("target {}", target.display()))?;
         let ours = self.staged_devices();
-        while let Some(m) = mounts::at(&target).map_err(node_err("reading the mount table"))? {
-            // A dpufs mount whose device no staged volume has is ours too: the bind of a
-            // connection that died (its worker killed with a node whose keeper went with it)
-            // and was mounted anew at the staging path since.
-            if !ours.contains(&m.dev) && m.fstype != crate::fuse::FSTYPE {
-                return Err(PublishError::NotOurMount {
-                    target: target.display().to_string(),
-                });
-            }
-            mounts::unmount(&target).map_err(node_err("unmounting the target"))?;
-        }
-        match std::fs::remove_dir(&target) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            // Not an empty directory: not one this plugin made; it stays.
-            Err(e) => tracing::warn!(target = %target.display(), "not removing the target: {e}"),
-        }
-        tracing::info!(volume_id = %req.volume_id, target = %target.display(), "volume unpublished");
-        Ok(())
+        // A dpufs mount whose device no staged volume has is ours too: the bind of a
+        // connection that died (its worker killed with a node whose keeper went with it) and
+        // was mounted anew at the staging path since.
+        unmount_target(&req.volume_id, &target, |m| {
+            ours.contains(&m.dev) || m.fstype == crate::fuse::FSTYPE
+        })
     }
 
     /// The devices of the volumes staged here: what a target may be a bind mount of.
@@ -191,10 +115,138 @@ impl NodeService {
         let staged = StagedVolume::all(&self.records_dir()).unwrap_or_default();
         staged
             .iter()
-            .filter_map(|v| mounts::at(&v.staging_path).ok().flatten())
+            .filter_map(|v| mounts::at(&v.served_at).ok().flatten())
             .map(|m| m.dev)
             .collect()
     }
+}
+
+/// The checks every NodePublishVolume makes of its request, in CSI's order (missing fields,
+/// the capability, then the paths); the staging path and the target.
+pub(crate) fn publish_paths(
+    req: &NodePublishVolumeRequest,
+    mount_root: &Path,
+) -> Result<(PathBuf, PathBuf), PublishError> {
+    const RPC: &str = "NodePublishVolume";
+    if req.volume_id.is_empty() {
+        return Err(PublishError::MissingId(RPC));
+    }
+    if req.target_path.is_empty() {
+        return Err(PublishError::MissingTargetPath(RPC));
+    }
+    let cap = req
+        .volume_capability
+        .as_ref()
+        .ok_or(PublishError::MissingCapability)?;
+    check_capability(cap)?;
+    if req.staging_target_path.is_empty() {
+        return Err(PublishError::MissingStagingPath);
+    }
+    let staging = node_path(mount_root, "staging target path", &req.staging_target_path)?;
+    let target = node_path(mount_root, "target path", &req.target_path)?;
+    Ok((staging, target))
+}
+
+/// Whether the publish asks for reading only (its flag or its access mode).
+pub(crate) fn publish_read_only(req: &NodePublishVolumeRequest) -> bool {
+    req.readonly || req.volume_capability.as_ref().is_some_and(reader_only)
+}
+
+/// Bind-mounts the volume mounted at `staging` on `target` (read-only or not): answered
+/// from the mount table when it is there already, refused when the target holds something
+/// else or a single writer's volume is published elsewhere.
+pub(crate) fn bind_target(
+    req: &NodePublishVolumeRequest,
+    staging: &Path,
+    target: &Path,
+    read_only: bool,
+) -> Result<(), PublishError> {
+    let staged_dev = mounts::at(staging)
+        .map_err(node_err("reading the mount table"))?
+        .ok_or_else(|| not_staged(&req.volume_id, staging))?
+        .dev;
+    match mounts::at(target).map_err(node_err("reading the mount table"))? {
+        Some(m) if m.dev == staged_dev && m.read_only == read_only => return Ok(()),
+        Some(m) if m.dev == staged_dev => {
+            return Err(PublishError::Incompatible {
+                id: req.volume_id.clone(),
+                target: target.display().to_string(),
+                read_only: m.read_only,
+            });
+        }
+        Some(_) => {
+            return Err(PublishError::TargetInUse {
+                target: target.display().to_string(),
+            });
+        }
+        None => {}
+    }
+    if req.volume_capability.as_ref().is_some_and(single_writer) {
+        check_sole_target(&req.volume_id, staged_dev, staging)?;
+    }
+    match std::fs::create_dir(target) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && is_directory(target) => {}
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::NotFound
+            ) =>
+        {
+            return Err(PublishError::Path(PathError {
+                what: "target path",
+                path: req.target_path.clone(),
+                reason: if e.kind() == std::io::ErrorKind::NotFound {
+                    "has no parent directory (kubelet creates it)"
+                } else {
+                    "exists and is not a directory"
+                },
+            }));
+        }
+        other => other.map_err(node_err("creating the target path"))?,
+    }
+    mounts::bind(staging, target, read_only).map_err(node_err("bind-mounting"))?;
+    tracing::info!(volume_id = %req.volume_id, target = %target.display(), read_only, "volume published");
+    Ok(())
+}
+
+/// The checks of a NodeUnpublishVolume request; the target.
+pub(crate) fn unpublish_path(
+    req: &NodeUnpublishVolumeRequest,
+    mount_root: &Path,
+) -> Result<PathBuf, PublishError> {
+    const RPC: &str = "NodeUnpublishVolume";
+    if req.volume_id.is_empty() {
+        return Err(PublishError::MissingId(RPC));
+    }
+    if req.target_path.is_empty() {
+        return Err(PublishError::MissingTargetPath(RPC));
+    }
+    Ok(node_path(mount_root, "target path", &req.target_path)?)
+}
+
+/// Unmounts every mount at `target` that `ours` accepts (refusing anything else) and removes
+/// the directory.
+pub(crate) fn unmount_target(
+    volume_id: &str,
+    target: &Path,
+    ours: impl Fn(&MountInfo) -> bool,
+) -> Result<(), PublishError> {
+    while let Some(m) = mounts::at(target).map_err(node_err("reading the mount table"))? {
+        if !ours(&m) {
+            return Err(PublishError::NotOurMount {
+                target: target.display().to_string(),
+            });
+        }
+        mounts::unmount(target).map_err(node_err("unmounting the target"))?;
+    }
+    match std::fs::remove_dir(target) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        // Not an empty directory: not one this plugin made; it stays.
+        Err(e) => tracing::warn!(target = %target.display(), "not removing the target: {e}"),
+    }
+    tracing::info!(volume_id, target = %target.display(), "volume unpublished");
+    Ok(())
 }
 
 fn not_staged(id: &str, staging: &Path) -> PublishError {

@@ -1,7 +1,7 @@
-//! What the node plugin remembers of a staged volume, one JSON file per volume in
-//! `<state-dir>/csi/`: written before the mount and removed after the unmount, so a plugin
-//! that restarts (or crashed half-way) knows every volume it staged, whose it is, and which
-//! keeper volume and capability file belong to it.
+//! What the node plugin (or the DPU agent) remembers of a staged volume, one JSON file per
+//! volume in `<state-dir>/csi/`: written before the mount (or export) and removed after the
+//! keeper let the volume go, so a plugin that restarts (or crashed half-way) knows every
+//! volume it staged, whose it is, and which keeper volume and capability file belong to it.
 
 use crate::csi::volume_id::VolumeId;
 use serde::{Deserialize, Serialize};
@@ -13,7 +13,10 @@ use std::path::{Path, PathBuf};
 #[serde(rename_all = "camelCase")]
 pub struct StagedVolume {
     pub volume_id: String,
-    pub staging_path: PathBuf,
+    /// Where this node serves the volume: the staging path it is mounted at (host mode), or
+    /// the vhost-user socket it is exported on (the DPU agent). Kept under its first name.
+    #[serde(rename = "stagingPath")]
+    pub served_at: PathBuf,
     /// The DaosTenant the volume belongs to (from the container, not from the request).
     pub tenant: String,
     /// Its DAOS principal, which the capability asserts.
@@ -28,6 +31,8 @@ pub struct StagedVolume {
 /// hold any character a file name cannot).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeFiles {
+    /// The digest of the volume id the names are made of (24 hex digits).
+    pub key: String,
     /// The keeper's name for the volume.
     pub keeper_volume: String,
     pub record: PathBuf,
@@ -46,6 +51,7 @@ impl VolumeFiles {
             record: dir.join(format!("{key}.json")),
             capability: dir.join(format!("{key}.cap")),
             qos: dir.join(format!("{key}.qos")),
+            key,
         }
     }
 }
@@ -105,10 +111,11 @@ mod tests {
         .unwrap();
         let files = VolumeFiles::of(dir.path(), &id);
         assert!(files.keeper_volume.starts_with("csi-") && files.keeper_volume.len() == 28);
+        assert_eq!(files.keeper_volume, format!("csi-{}", files.key));
         assert_eq!(StagedVolume::load(&files.record).unwrap(), None);
         let v = StagedVolume {
             volume_id: id.to_string(),
-            staging_path: "/var/lib/kubelet/x/globalmount".into(),
+            served_at: "/var/lib/kubelet/x/globalmount".into(),
             tenant: "team-a".into(),
             principal: "team-a@".into(),
             pool: id.pool.to_string(),
@@ -116,6 +123,10 @@ mod tests {
             read_only: false,
         };
         v.save(&files.record).unwrap();
+        // The field's name on disk is the one records had before the DPU agent.
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&files.record).unwrap()).unwrap();
+        assert_eq!(json["stagingPath"], "/var/lib/kubelet/x/globalmount");
         assert_eq!(StagedVolume::load(&files.record).unwrap(), Some(v.clone()));
         assert_eq!(StagedVolume::all(dir.path()).unwrap(), vec![v]);
         use std::os::unix::fs::PermissionsExt;

@@ -38,9 +38,7 @@ impl NodeService {
         let path = &self
             .node_path("volume path", &req.volume_path)
             .map_err(|_| not_found())?;
-        let mounted = super::mounts::at(path).ok().flatten();
-        let staged = super::mounts::at(&volume.staging_path).ok().flatten();
-        if mounted.is_none() || staged.as_ref().map(|m| m.dev) != mounted.as_ref().map(|m| m.dev) {
+        if !is_staged_or_published(path, &volume.served_at) {
             return Err(not_found());
         }
         let socket = self.keeper_socket();
@@ -60,6 +58,13 @@ impl NodeService {
     }
 }
 
+/// Whether a volume staged at `staging` is mounted at `path`: the staging mount itself or a
+/// bind of it (the same device).
+pub(crate) fn is_staged_or_published(path: &Path, staging: &Path) -> bool {
+    let dev = |p: &Path| super::mounts::at(p).ok().flatten().map(|m| m.dev);
+    dev(path).is_some_and(|d| dev(staging) == Some(d))
+}
+
 /// Usage from statvfs and, when something is wrong, why.
 fn measure(socket: &Path, keeper_volume: &str, path: &Path) -> (Vec<VolumeUsage>, Option<String>) {
     let serving = match crate::ipc::keeper::list(socket) {
@@ -70,27 +75,30 @@ fn measure(socket: &Path, keeper_volume: &str, path: &Path) -> (Vec<VolumeUsage>
         },
         Err(e) => Some(format!("the mount keeper does not answer: {e:#}")),
     };
-    match statvfs(path) {
-        Ok(st) => {
-            let block = st.f_frsize;
-            let usage = vec![
-                VolumeUsage {
-                    available: (st.f_bavail * block) as i64,
-                    total: (st.f_blocks * block) as i64,
-                    used: (st.f_blocks.saturating_sub(st.f_bfree) * block) as i64,
-                    unit: Unit::Bytes as i32,
-                },
-                VolumeUsage {
-                    available: st.f_favail as i64,
-                    total: st.f_files as i64,
-                    used: st.f_files.saturating_sub(st.f_ffree) as i64,
-                    unit: Unit::Inodes as i32,
-                },
-            ];
-            (usage, serving)
-        }
+    match usage_of(path) {
+        Ok(usage) => (usage, serving),
         Err(e) => (vec![], Some(format!("the mount does not answer: {e}"))),
     }
+}
+
+/// Bytes and inodes of the file system mounted at `path`, from statvfs(2).
+pub(crate) fn usage_of(path: &Path) -> std::io::Result<Vec<VolumeUsage>> {
+    let st = statvfs(path)?;
+    let block = st.f_frsize;
+    Ok(vec![
+        VolumeUsage {
+            available: (st.f_bavail * block) as i64,
+            total: (st.f_blocks * block) as i64,
+            used: (st.f_blocks.saturating_sub(st.f_bfree) * block) as i64,
+            unit: Unit::Bytes as i32,
+        },
+        VolumeUsage {
+            available: st.f_favail as i64,
+            total: st.f_files as i64,
+            used: st.f_files.saturating_sub(st.f_ffree) as i64,
+            unit: Unit::Inodes as i32,
+        },
+    ])
 }
 
 fn statvfs(path: &Path) -> std::io::Result<libc::statvfs> {

@@ -1,0 +1,371 @@
+//! What staging a volume means on any node, before and after the volume is attached: shared by
+//! host-mode NodeStageVolume ([`super::stage`]: a FUSE mount at the staging path) and the DPU
+//! agent's StageVolume (`crate::dpu::agent`: a vhost-user-fs export shown to the host).
+//!
+//! [`Stager::plan`] resolves the volume's tenant from its container (the request record the
+//! controller wrote — never from the caller) and writes nothing; [`Planned::write`] then signs
+//! the worker a capability for exactly that container as the node agent, writes the QoS file
+//! and the stage record, and returns the worker's arguments ([`Stager::prepare`] does both). The caller then has the keeper attach and serve the volume
+//! ([`crate::launcher::ensure_volume`]) and, if that fails, calls [`Prepared::discard`].
+//! [`Stager::release`] undoes it: the keeper stops the worker and lets the volume go, then the
+//! files go.
+
+use super::record::{StagedVolume, VolumeFiles};
+use crate::csi::controller::RequestRecord;
+use crate::csi::directory::{Directory, SystemClients};
+use crate::csi::error::StageError;
+use crate::csi::label::REQUEST_ATTR;
+use crate::csi::qos;
+use crate::csi::volume_id::{VolumeId, VolumeIdError};
+use dpufs_node_api::keeper::{Reply, Request as KeeperRequest};
+use dpufs_node_api::qos::QosLimits;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::agent::NodeAgent;
+
+pub(super) fn node_err(step: &str) -> impl FnOnce(String) -> StageError + '_ {
+    move |detail| StageError::Node {
+        step: step.to_string(),
+        detail,
+    }
+}
+
+/// How a stage's access reads in messages.
+pub(crate) fn describe(read_only: bool) -> &'static str {
+    if read_only {
+        "reading only"
+    } else {
+        "reading and writing"
+    }
+}
+
+/// What a node needs to prepare volumes: where its records go, its directory, its agent key,
+/// its limit, and the arguments every worker gets (the fabric).
+#[derive(Clone)]
+pub struct Stager {
+    state_dir: PathBuf,
+    dir: Arc<dyn Directory>,
+    agent: NodeAgent,
+    max_volumes: i64,
+    worker_args: Vec<String>,
+}
+
+impl std::fmt::Debug for Stager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stager")
+            .field("state_dir", &self.state_dir)
+            .field("agent", &self.agent)
+            .field("max_volumes", &self.max_volumes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A stage decided but not written yet ([`Stager::plan`]).
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// The record to write: whose volume it is (from its container) and where it is served.
+    pub volume: StagedVolume,
+    files: VolumeFiles,
+    limits: QosLimits,
+    /// The system's data service, which the worker connects to.
+    data: std::net::SocketAddr,
+    new: bool,
+}
+
+impl Planned {
+    /// Signs the worker's capability as the node agent and writes it, the QoS file and the
+    /// stage record; returns the worker's arguments.
+    pub fn write(self, stager: &Stager) -> Result<Prepared, StageError> {
+        let Planned {
+            volume,
+            files,
+            limits,
+            data,
+            new,
+        } = self;
+        make_private_dir(&stager.records_dir())
+            .map_err(|e| node_err("creating the records directory")(e.to_string()))?;
+        stager
+            .agent
+            .issue(&volume, &files.capability)
+            .map_err(node_err("signing the worker's capability"))?;
+        limits
+            .store(&files.qos)
+            .map_err(|e| node_err("writing the QoS file")(e.to_string()))?;
+        volume
+            .save(&files.record)
+            .map_err(|e| node_err("writing the stage record")(e.to_string()))?;
+        let mut worker_args = vec![
+            "--backend".to_string(),
+            format!("engine:{data}"),
+            "--capability".to_string(),
+            files.capability.display().to_string(),
+            "--qos".to_string(),
+            files.qos.display().to_string(),
+        ];
+        worker_args.extend(stager.worker_args.iter().cloned());
+        Ok(Prepared {
+            volume,
+            files,
+            worker_args,
+            new,
+        })
+    }
+}
+
+/// A volume prepared for its worker: recorded, with its capability and QoS file written.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub volume: StagedVolume,
+    pub files: VolumeFiles,
+    /// The worker's arguments: backend, capability, QoS file, fabric.
+    pub worker_args: Vec<String>,
+    /// There was no record before this stage.
+    pub new: bool,
+}
+
+impl Prepared {
+    /// After a failed attach: a first stage leaves nothing behind; a repeated one keeps the
+    /// record of what is attached.
+    pub fn discard(&self) {
+        if self.new {
+            for f in [&self.files.record, &self.files.capability, &self.files.qos] {
+                let _ = std::fs::remove_file(f);
+            }
+        }
+    }
+}
+
+impl Stager {
+    /// `state_dir`: the keeper's state directory; the records go to `csi/` in it.
+    pub fn new(
+        state_dir: PathBuf,
+        dir: Arc<dyn Directory>,
+        agent: NodeAgent,
+        max_volumes: i64,
+        worker_args: Vec<String>,
+    ) -> Stager {
+        Stager {
+            state_dir,
+            dir,
+            agent,
+            max_volumes,
+            worker_args,
+        }
+    }
+
+    /// Where the stage records, capabilities and QoS files are.
+    pub fn records_dir(&self) -> PathBuf {
+        self.state_dir.join("csi")
+    }
+
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    pub fn directory(&self) -> &Arc<dyn Directory> {
+        &self.dir
+    }
+
+    /// The node agent signing the workers' capabilities.
+    pub fn agent(&self) -> &NodeAgent {
+        &self.agent
+    }
+
+    /// The files of `id`.
+    pub fn files(&self, id: &VolumeId) -> VolumeFiles {
+        VolumeFiles::of(&self.records_dir(), id)
+    }
+
+    /// The record of `id`, if it is staged here.
+    pub fn staged(&self, id: &VolumeId) -> Result<Option<StagedVolume>, StageError> {
+        StagedVolume::load(&self.files(id).record)
+            .map_err(|e| node_err("reading the stage record")(e.to_string()))
+    }
+
+    /// Every volume staged here.
+    pub fn all_staged(&self) -> Result<Vec<StagedVolume>, StageError> {
+        StagedVolume::all(&self.records_dir())
+            .map_err(|e| node_err("reading the stage records")(e.to_string()))
+    }
+
+    /// Prepares `id` to be served at `at` (the staging path, or the vhost-user socket) for
+    /// reading only or not: [`Stager::plan`], then [`Planned::write`].
+    pub async fn prepare(
+        &self,
+        id: &VolumeId,
+        at: &Path,
+        read_only: bool,
+    ) -> Result<Prepared, StageError> {
+        self.plan(id, at, read_only).await?.write(self)
+    }
+
+    /// What a stage of `id` will record, from its record or from DAOS, writing nothing: the
+    /// caller may still refuse it (the DPU agent checks the pod against the tenant first).
+    /// The caller holds the volume's lock. A volume already staged is answered from its
+    /// record (the same place and access, or refused), with its QoS read again.
+    pub async fn plan(
+        &self,
+        id: &VolumeId,
+        at: &Path,
+        read_only: bool,
+    ) -> Result<Planned, StageError> {
+        let known = self.staged(id)?;
+        let new = known.is_none();
+        let clients = self.dir.system(&id.system).await?;
+        let (volume, limits) = match known {
+            Some(v) => {
+                let v = check_same(id, v, at, read_only)?;
+                let limits = qos::read(&clients, id)
+                    .await
+                    .map_err(|source| StageError::Daos {
+                        step: format!("reading the QoS limits of volume {id}"),
+                        source,
+                    })?;
+                (v, limits)
+            }
+            None => self.resolve(&clients, id, at, read_only).await?,
+        };
+        let data = clients
+            .data_endpoint
+            .ok_or_else(|| StageError::NoDataEndpoint(id.system.clone()))?;
+        Ok(Planned {
+            files: self.files(id),
+            volume,
+            limits,
+            data,
+            new,
+        })
+    }
+
+    /// Who the volume belongs to, from DAOS, and what this stage records; and its QoS.
+    async fn resolve(
+        &self,
+        clients: &SystemClients,
+        id: &VolumeId,
+        at: &Path,
+        read_only: bool,
+    ) -> Result<(StagedVolume, QosLimits), StageError> {
+        if self.all_staged()?.len() as i64 >= self.max_volumes {
+            return Err(StageError::TooManyVolumes {
+                max: self.max_volumes,
+            });
+        }
+        let (pool, container) = (id.pool.to_string(), id.container.to_string());
+        let attrs = clients
+            .containers
+            .get_attributes(&pool, &container)
+            .await
+            .map_err(|source| StageError::Daos {
+                step: format!("reading the attributes of volume {id}"),
+                source,
+            })?;
+        let record: RequestRecord = attrs
+            .get(REQUEST_ATTR)
+            .and_then(|raw| serde_json::from_slice(raw).ok())
+            .ok_or_else(|| StageError::NotOurs {
+                id: id.to_string(),
+                container: container.clone(),
+            })?;
+        let volume = StagedVolume {
+            volume_id: id.to_string(),
+            served_at: at.to_path_buf(),
+            tenant: record.tenant,
+            principal: record.principal,
+            pool,
+            container,
+            read_only,
+        };
+        Ok((volume, qos::of(id, &attrs)))
+    }
+
+    /// The keeper stops the volume's worker and lets the volume go (unmounts it, or closes
+    /// its vhost-user socket); a volume the keeper does not know is fine.
+    pub async fn stop_serving(&self, id: &VolumeId) -> Result<(), StageError> {
+        let socket = crate::keeper::Keeper::socket(&self.state_dir);
+        let volume = self.files(id).keeper_volume;
+        tokio::task::spawn_blocking(move || unmount(&socket, &volume))
+            .await
+            .map_err(|e| node_err("the keeper call")(e.to_string()))?
+            .map_err(node_err("letting the volume go through the mount keeper"))
+    }
+
+    /// Removes the volume's capability, QoS file and record (the record last: while it is
+    /// there, the volume counts as staged).
+    pub fn forget(&self, id: &VolumeId) -> Result<(), StageError> {
+        let files = self.files(id);
+        for f in [&files.capability, &files.qos, &files.record] {
+            match std::fs::remove_file(f) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(node_err("removing the stage record")(format!(
+                        "{}: {e}",
+                        f.display()
+                    )));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The records directory: the capabilities in it are the node agent's to hand out.
+fn make_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// A stage of a volume already staged: the same place and access (idempotent), or refused.
+fn check_same(
+    id: &VolumeId,
+    v: StagedVolume,
+    at: &Path,
+    read_only: bool,
+) -> Result<StagedVolume, StageError> {
+    if v.served_at != at {
+        return Err(StageError::StagedElsewhere {
+            id: id.to_string(),
+            at: v.served_at.display().to_string(),
+            asked: at.display().to_string(),
+        });
+    }
+    if v.read_only != read_only {
+        return Err(StageError::OtherAccess {
+            id: id.to_string(),
+            staged: describe(v.read_only),
+            asked: describe(read_only),
+        });
+    }
+    Ok(v)
+}
+
+/// Asks the keeper to stop the volume's worker and let it go; a volume the keeper does not
+/// know is fine.
+fn unmount(socket: &Path, volume: &str) -> Result<(), String> {
+    let list = crate::ipc::keeper::list(socket).map_err(|e| format!("{e:#}"))?;
+    if !list.volumes.iter().any(|v| v.volume == volume) {
+        return Ok(());
+    }
+    let req = KeeperRequest::Unmount {
+        volume: volume.to_string(),
+    };
+    match crate::ipc::keeper::request(socket, &req).map_err(|e| format!("{e:#}"))? {
+        (Reply::Unmounted, _) => Ok(()),
+        (other, _) => Err(format!("the keeper answered {other:?}")),
+    }
+}
+
+/// A volume id a node can act on: ours and well formed. A foreign id names no volume.
+pub fn parse_id(raw: &str, rpc: &'static str) -> Result<VolumeId, StageError> {
+    match VolumeId::parse(raw) {
+        Ok(id) => Ok(id),
+        Err(VolumeIdError::Empty) => Err(StageError::MissingId(rpc)),
+        Err(VolumeIdError::Foreign(_)) => Err(StageError::NotFound(raw.to_string())),
+        Err(e) => Err(StageError::MalformedId(e)),
+    }
+}
