@@ -12,8 +12,9 @@ use dpufs_csi::launcher::{
 use dpufs_csi::worker::backend::{BackendSpec, FabricOptions, open_backend};
 use dpufs_csi::worker::fs::{AccessMode, FsConfig};
 use dpufs_csi::worker::privilege::Limits;
-use dpufs_csi::worker::{FuseSource, Worker, WorkerConfig};
+use dpufs_csi::worker::{Source, Worker, WorkerConfig};
 use dpufs_daos::dfs::fabric::{DeviceOptions, Provider, ProviderKind};
+use dpufs_node_api::transport::Transport;
 use dpufs_node_api::wire;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -236,7 +237,7 @@ struct KeeperArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(group = clap::ArgGroup::new("fuse").required(true).multiple(true).args(["mountpoint", "fuse_fd", "keeper"]))]
+#[command(group = clap::ArgGroup::new("source").required(true).multiple(true).args(["mountpoint", "fuse_fd", "vhost_user_socket", "keeper"]))]
 struct WorkerArgs {
     /// The DFS to serve: `local:<dir>` (a local directory) or `engine:<ip>:<port>` (the
     /// container named by --capability, on the engine data service at that fabric address).
@@ -256,7 +257,17 @@ struct WorkerArgs {
     /// Serve this inherited, already mounted /dev/fuse descriptor instead of mounting.
     #[arg(long, conflicts_with = "keeper")]
     fuse_fd: Option<i32>,
-    /// Take the volume's connection from the mount keeper at this socket.
+    /// How the volume is served: `fuse` (/dev/fuse on this kernel) or `vhost-user-fs`
+    /// (virtio-fs to the frontend, a VMM or DOCA SNAP, that connects to
+    /// --vhost-user-socket or to the keeper's export).
+    #[arg(long, default_value = "fuse")]
+    transport: Transport,
+    /// Listen for vhost-user-fs frontends here (a stale socket file is replaced), serving one
+    /// at a time.
+    #[arg(long, conflicts_with_all = ["mountpoint", "fuse_fd", "keeper"])]
+    vhost_user_socket: Option<PathBuf>,
+    /// Take the volume from the mount keeper at this socket: its FUSE connection, or its
+    /// export's vhost-user socket.
     #[arg(long, requires = "volume", conflicts_with = "mountpoint")]
     keeper: Option<PathBuf>,
     /// The volume to take from the keeper.
@@ -265,7 +276,8 @@ struct WorkerArgs {
     /// Control socket (control.sock) and state files.
     #[arg(long)]
     state_dir: PathBuf,
-    /// Reader threads, each on its own cloned /dev/fuse descriptor.
+    /// Request threads: FUSE readers (each on its own cloned /dev/fuse descriptor), or the
+    /// threads answering a vhost-user-fs frontend's requests.
     #[arg(long, default_value_t = default_threads())]
     threads: usize,
     /// Drop to this uid after setup (needs --fuse-fd).
@@ -352,17 +364,19 @@ fn worker(a: WorkerArgs) -> Result<()> {
         access: a.access,
         writeback_cache: a.writeback_cache,
     };
-    let source = match (a.fuse_fd, a.mountpoint) {
-        _ if a.keeper.is_some() => FuseSource::Keeper {
+    let source = match (a.fuse_fd, a.mountpoint, a.vhost_user_socket) {
+        _ if a.keeper.is_some() => Source::Keeper {
             socket: a.keeper.clone().unwrap_or_default(),
             volume: a.volume.clone().unwrap_or_default(),
         },
-        (Some(fd), mountpoint) => FuseSource::Fd { fd, mountpoint },
-        (None, Some(mp)) => FuseSource::Mount(mp),
-        (None, None) => unreachable!("clap requires one"),
+        (_, _, Some(socket)) => Source::Listen(socket),
+        (Some(fd), mountpoint, None) => Source::Fd { fd, mountpoint },
+        (None, Some(mp), None) => Source::Mount(mp),
+        (None, None, None) => unreachable!("clap requires one"),
     };
     let cfg = WorkerConfig {
         backend: a.backend.clone(),
+        transport: a.transport,
         source,
         state_dir: a.state_dir,
         threads: a.threads,

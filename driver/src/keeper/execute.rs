@@ -95,7 +95,12 @@ impl Keeper {
         }
         let dir = self.worker_dir(volume, spec.generation);
         let socket = Self::socket(&self.state_dir);
-        match Worker::start(spec, &socket, volume, dir.clone()) {
+        let transport = self
+            .volumes()
+            .get(volume)
+            .map(|v| v.machine.attachment().transport())
+            .ok_or_else(|| super::state::Refused::No(format!("no volume {volume}")))?;
+        match Worker::start(spec, transport, &socket, volume, dir.clone()) {
             Ok(worker) => {
                 done.started = Some(Ok(worker.pid()));
                 let session = read_session(&dir);

@@ -6,6 +6,7 @@ use super::state::{StartSpec, WorkerHandle};
 use crate::ipc;
 use anyhow::{Context as _, Result, bail};
 use dpufs_node_api::control::WorkerState;
+use dpufs_node_api::transport::Transport;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -39,11 +40,13 @@ impl WorkerHandle for Worker {
 }
 
 impl Worker {
-    /// Starts `binary worker <args> --keeper <socket> --volume <volume> --state-dir <dir>`
-    /// and waits until it answers `health` with "serving". A worker that exits or does not
-    /// serve in time is killed and collected, and the error says why.
+    /// Starts `binary worker <args> --transport <transport> --keeper <socket> --volume
+    /// <volume> --state-dir <dir>` and waits until it answers `health` with "serving". A
+    /// worker that exits or does not serve in time is killed and collected, and the error
+    /// says why.
     pub fn start(
         spec: &StartSpec,
+        transport: Transport,
         keeper_socket: &Path,
         volume: &str,
         dir: PathBuf,
@@ -51,6 +54,8 @@ impl Worker {
         let child = Command::new(&spec.binary)
             .arg("worker")
             .args(&spec.args)
+            .arg("--transport")
+            .arg(transport.name())
             .arg("--keeper")
             .arg(keeper_socket)
             .arg("--volume")

@@ -1,8 +1,8 @@
 // Over 600 lines: the one FileSystem impl, every FUSE operation next to the others it mirrors.
 //! The volume's file system: fuse-backend-rs's [`FileSystem`] over a [`Dfs`].
 //!
-//! Transport-agnostic: the same [`DfsFs`] serves `/dev/fuse` (host mode) and, later, virtio-fs
-//! (DPU mode) through fuse-backend-rs's `Server`. Nothing here depends on state a successor
+//! Transport-agnostic: the same [`DfsFs`] serves `/dev/fuse` (host mode) and virtio-fs (DPU
+//! mode, `super::vhost_user`) through fuse-backend-rs's `Server`. Nothing here depends on state a successor
 //! process could not rebuild:
 //! - **inode = oid.** FUSE's root nodeid 1 is [`ROOT_OID`]; every other nodeid is the object
 //!   id the backend gave, which is stable and never reused while a kernel may hold it. The
@@ -19,20 +19,20 @@
 //! handshake, so a worker that takes over an initialised connection behaves the same.
 
 use super::backend::ForgetHook;
+use super::dfs_io::DfsIo;
 use super::stats::{Op, Stats};
 use super::throttle::Throttle;
 use dpufs_daos::dfs::{
     Attr, Dfs, DfsError, Errno, Oid, ROOT_OID, S_IFDIR, S_IFMT, S_IFREG, SetAttr, TimeSet,
     Timespec, XattrMode,
 };
+use dpufs_node_api::control::FsUsage;
 use dpufs_node_api::handover::{HandoverError, SESSION_VERSION, SessionConfig, SessionRecord};
 use fuse_backend_rs::abi::fuse_abi::{CreateIn, stat64, statvfs64};
 use fuse_backend_rs::api::filesystem::{
     Context, DirEntry, Entry, FileSystem, FsOptions, GetxattrReply, ListxattrReply, OpenOptions,
     SetattrValid, ZeroCopyReader, ZeroCopyWriter,
 };
-use fuse_backend_rs::file_buf::FileVolatileSlice;
-use fuse_backend_rs::file_traits::FileReadWriteVolatile;
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::io;
@@ -208,7 +208,7 @@ impl std::fmt::Debug for DfsFs {
     }
 }
 
-fn err(e: DfsError) -> io::Error {
+pub(super) fn err(e: DfsError) -> io::Error {
     tracing::debug!(errno = e.errno.0, "{}", e.detail);
     io::Error::from_raw_os_error(e.errno.0)
 }
@@ -244,37 +244,6 @@ pub fn to_stat(a: &Attr) -> stat64 {
     st
 }
 
-/// Reads and writes of one object, straight between the FUSE buffer and the Dfs call.
-struct DfsIo<'a> {
-    dfs: &'a dyn Dfs,
-    oid: Oid,
-}
-
-impl FileReadWriteVolatile for DfsIo<'_> {
-    fn read_volatile(&mut self, _slice: FileVolatileSlice) -> io::Result<usize> {
-        Err(errno(libc::ESPIPE))
-    }
-
-    fn write_volatile(&mut self, _slice: FileVolatileSlice) -> io::Result<usize> {
-        Err(errno(libc::ESPIPE))
-    }
-
-    fn read_at_volatile(&mut self, slice: FileVolatileSlice, offset: u64) -> io::Result<usize> {
-        // SAFETY: the slice is the worker's own FUSE reply buffer, valid and exclusively
-        // ours for its length while this request is served.
-        let buf = unsafe { std::slice::from_raw_parts_mut(slice.as_ptr(), slice.len()) };
-        self.dfs.read(self.oid, offset, buf).map_err(err)
-    }
-
-    fn write_at_volatile(&mut self, slice: FileVolatileSlice, offset: u64) -> io::Result<usize> {
-        // SAFETY: the slice is the worker's own FUSE request buffer, valid for its length
-        // while this request is served.
-        let data = unsafe { std::slice::from_raw_parts(slice.as_ptr(), slice.len()) };
-        self.dfs.write(self.oid, offset, data).map_err(err)?;
-        Ok(data.len())
-    }
-}
-
 impl DfsFs {
     /// A file system over `dfs`. `forget`: see [`super::backend::Backend::forget`].
     /// `session_record`: where to write what INIT negotiated. `throttle`: the QoS caps
@@ -301,6 +270,23 @@ impl DfsFs {
             session_record,
             throttle,
         }
+    }
+
+    /// The volume's usage, as statfs(2) of the volume reports it (also what the control
+    /// socket's `statfs` answers).
+    pub fn usage(&self) -> io::Result<FsUsage> {
+        let s = self.dfs.statfs().map_err(err)?;
+        const BSIZE: u64 = 4096;
+        // DFS has no inode table: report plenty of free inodes.
+        const FREE_FILES: u64 = 1 << 32;
+        Ok(FsUsage {
+            block_size: BSIZE,
+            blocks: s.total_bytes / BSIZE,
+            blocks_free: s.free_bytes / BSIZE,
+            blocks_available: s.free_bytes / BSIZE,
+            files: s.files + FREE_FILES,
+            files_free: FREE_FILES,
+        })
     }
 
     /// What INIT negotiated (shared with the control socket).
@@ -907,20 +893,17 @@ impl FileSystem for DfsFs {
 
     fn statfs(&self, _ctx: &Context, _inode: u64) -> io::Result<statvfs64> {
         self.op(Op::Statfs, || {
-            let s = self.dfs.statfs().map_err(err)?;
-            const BSIZE: u64 = 4096;
-            // DFS has no inode table: report plenty of free inodes.
-            const FREE_FILES: u64 = 1 << 32;
+            let u = self.usage()?;
             // SAFETY: statvfs64 is plain data; all-zero is a valid value.
             let mut st: statvfs64 = unsafe { std::mem::zeroed() };
-            st.f_bsize = BSIZE;
-            st.f_frsize = BSIZE;
-            st.f_blocks = s.total_bytes / BSIZE;
-            st.f_bfree = s.free_bytes / BSIZE;
-            st.f_bavail = s.free_bytes / BSIZE;
-            st.f_files = s.files + FREE_FILES;
-            st.f_ffree = FREE_FILES;
-            st.f_favail = FREE_FILES;
+            st.f_bsize = u.block_size;
+            st.f_frsize = u.block_size;
+            st.f_blocks = u.blocks;
+            st.f_bfree = u.blocks_free;
+            st.f_bavail = u.blocks_available;
+            st.f_files = u.files;
+            st.f_ffree = u.files_free;
+            st.f_favail = u.files_free;
             st.f_namemax = 255;
             Ok(st)
         })

@@ -2,19 +2,20 @@
 //! phase needs what the one before it opened, and everything that needs root happens before
 //! the privilege drop.
 
-use super::channel;
 use super::control::Shared;
 use super::fs::{self, DfsFs};
+use super::readers::FuseReaders;
 use super::stats::Stats;
 use super::throttle::Throttle;
-use super::{Backend, FuseSource, Worker, WorkerConfig, privilege, write_atomic};
+use super::vhost_user::{Frontends, VhostUserServer};
+use super::{Backend, Serving, Source, Worker, WorkerConfig, privilege, write_atomic};
 use crate::fuse::{self, ReadAhead};
 use crate::ipc;
 use anyhow::{Context as _, Result, bail};
 use dpufs_node_api::control::WorkerInfo;
 use dpufs_node_api::handover::SessionRecord;
 use dpufs_node_api::qos::QosLimits;
-use dpufs_node_api::transport::Transport;
+use dpufs_node_api::transport::{Attachment, Transport};
 use dpufs_node_api::wire;
 use fuse_backend_rs::api::server::Server;
 use std::io;
@@ -23,19 +24,16 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 pub(super) fn start(cfg: WorkerConfig, backend: Backend) -> Result<Worker> {
     check(&cfg)?;
     prepare_state_dir(&cfg.state_dir)?;
-    let conn = Connection::open(&cfg)?;
-    let clones = clone_readers(&conn.master, cfg.threads)?;
-    let read_ahead = open_read_ahead(conn.mountpoint.as_deref(), cfg.read_ahead_kb);
-    let info = worker_info(&cfg, &conn);
+    let endpoint = Endpoint::open(&cfg)?;
+    let info = worker_info(&cfg, &endpoint);
     let listener = bind_control(&cfg.state_dir, &info)?;
     least_privilege(&cfg)?;
-    serve(cfg, backend, conn, clones, read_ahead, listener, info)
+    serve(cfg, backend, endpoint, listener, info)
 }
 
 /// Refuses a configuration that cannot work before anything is opened or mounted.
@@ -44,10 +42,21 @@ fn check(cfg: &WorkerConfig) -> Result<()> {
     if cfg.threads == 0 {
         bail!("--threads must be at least 1");
     }
-    if cfg.run_as.is_some() && matches!(cfg.source, FuseSource::Mount(_)) {
+    if cfg.run_as.is_some() && matches!(cfg.source, Source::Mount(_)) {
         bail!(
-            "--uid/--gid need --fuse-fd or --keeper: a worker that mounts must keep the \
-             privilege to unmount"
+            "--uid/--gid need --fuse-fd, --vhost-user-socket or --keeper: a worker that \
+             mounts must keep the privilege to unmount"
+        );
+    }
+    let needs = match cfg.source {
+        Source::Mount(_) | Source::Fd { .. } => Some(Transport::Fuse),
+        Source::Listen(_) => Some(Transport::VhostUserFs),
+        Source::Keeper { .. } => None,
+    };
+    if let Some(t) = needs.filter(|t| *t != cfg.transport) {
+        bail!(
+            "--transport {} cannot serve what was given: that needs --transport {t}",
+            cfg.transport
         );
     }
     Ok(())
@@ -80,6 +89,94 @@ impl Drop for OwnMount {
     }
 }
 
+/// What the worker serves: a FUSE connection, or a vhost-user listening socket.
+enum Endpoint {
+    Fuse {
+        conn: Connection,
+        /// One clone of the master per reader.
+        clones: Vec<OwnedFd>,
+        read_ahead: Arc<Option<ReadAhead>>,
+    },
+    VhostUser {
+        listener: UnixListener,
+        socket: PathBuf,
+        /// The worker bound the socket (and unlinks it when it stops); a keeper's export
+        /// stays.
+        owned: bool,
+        /// What the guest's INIT negotiated, from the keeper's handover.
+        session: Option<SessionRecord>,
+    },
+}
+
+impl Endpoint {
+    /// First, because everything else hangs off it: mount, adopt the inherited descriptor,
+    /// bind the vhost-user socket, or take the volume from the keeper. Then, for FUSE, one
+    /// clone per reader and the readahead attribute, while the worker still may open them.
+    fn open(cfg: &WorkerConfig) -> Result<Endpoint> {
+        let conn = match &cfg.source {
+            Source::Mount(mp) => Connection::mount(cfg, mp)?,
+            Source::Fd { fd, mountpoint } => Connection {
+                master: fuse::adopt_fd(*fd).with_context(|| format!("--fuse-fd {fd}"))?,
+                owned: OwnMount(None),
+                mountpoint: mountpoint.clone(),
+                session: None,
+            },
+            Source::Listen(socket) => {
+                let listener = ipc::bind(socket)
+                    .with_context(|| format!("bind the vhost-user socket {}", socket.display()))?;
+                return Ok(Endpoint::VhostUser {
+                    listener,
+                    socket: socket.clone(),
+                    owned: true,
+                    session: None,
+                });
+            }
+            Source::Keeper { socket, volume } => {
+                let (handover, fd) = ipc::keeper::take_over(socket, volume)
+                    .with_context(|| format!("take volume {volume} from the keeper"))?;
+                if handover.attachment.transport() != cfg.transport {
+                    bail!(
+                        "the keeper has volume {volume} {}: that needs --transport {}",
+                        handover.attachment,
+                        handover.attachment.transport()
+                    );
+                }
+                match handover.attachment {
+                    Attachment::Mount(mountpoint) => Connection {
+                        master: fd,
+                        owned: OwnMount(None),
+                        mountpoint: Some(mountpoint),
+                        session: handover.session,
+                    },
+                    Attachment::VhostUser { socket } => {
+                        return Ok(Endpoint::VhostUser {
+                            listener: UnixListener::from(fd),
+                            socket,
+                            owned: false,
+                            session: handover.session,
+                        });
+                    }
+                }
+            }
+        };
+        let clones = clone_readers(&conn.master, cfg.threads)?;
+        let read_ahead = open_read_ahead(conn.mountpoint.as_deref(), cfg.read_ahead_kb);
+        Ok(Endpoint::Fuse {
+            conn,
+            clones,
+            read_ahead,
+        })
+    }
+
+    /// What INIT negotiated before this worker, from the keeper's handover.
+    fn session(&self) -> Option<&SessionRecord> {
+        match self {
+            Endpoint::Fuse { conn, .. } => conn.session.as_ref(),
+            Endpoint::VhostUser { session, .. } => session.as_ref(),
+        }
+    }
+}
+
 /// The FUSE connection and what is known about it.
 struct Connection {
     /// Held, never read: the readers use clones.
@@ -91,50 +188,23 @@ struct Connection {
 }
 
 impl Connection {
-    /// First, because everything else hangs off the connection: mount, adopt the inherited
-    /// descriptor, or take the volume from the keeper.
-    fn open(cfg: &WorkerConfig) -> Result<Connection> {
-        Ok(match &cfg.source {
-            FuseSource::Mount(mp) => {
-                let mp = mp
-                    .canonicalize()
-                    .with_context(|| format!("mountpoint {}", mp.display()))?;
-                let opts = fuse::MountOptions {
-                    fsname: cfg.fsname.clone(),
-                    read_only: cfg.fs.access == fs::AccessMode::ReadOnly,
-                    allow_other: cfg.allow_other,
-                };
-                let master = fuse::mount(&mp, &opts)
-                    .with_context(|| format!("mount FUSE on {}", mp.display()))?;
-                Connection {
-                    master,
-                    owned: OwnMount(Some(mp.clone())),
-                    mountpoint: Some(mp),
-                    session: None,
-                }
-            }
-            FuseSource::Fd { fd, mountpoint } => Connection {
-                master: fuse::adopt_fd(*fd).with_context(|| format!("--fuse-fd {fd}"))?,
-                owned: OwnMount(None),
-                mountpoint: mountpoint.clone(),
-                session: None,
-            },
-            FuseSource::Keeper { socket, volume } => {
-                let (handover, master) = ipc::keeper::take_over(socket, volume)
-                    .with_context(|| format!("take volume {volume} from the keeper"))?;
-                let Some(mountpoint) = handover.attachment.mountpoint() else {
-                    bail!(
-                        "the keeper exports volume {volume}: {}",
-                        handover.attachment
-                    );
-                };
-                Connection {
-                    master,
-                    owned: OwnMount(None),
-                    mountpoint: Some(mountpoint.to_path_buf()),
-                    session: handover.session,
-                }
-            }
+    /// Mounts at `mp`: the worker owns this mount.
+    fn mount(cfg: &WorkerConfig, mp: &Path) -> Result<Connection> {
+        let mp = mp
+            .canonicalize()
+            .with_context(|| format!("mountpoint {}", mp.display()))?;
+        let opts = fuse::MountOptions {
+            fsname: cfg.fsname.clone(),
+            read_only: cfg.fs.access == fs::AccessMode::ReadOnly,
+            allow_other: cfg.allow_other,
+        };
+        let master =
+            fuse::mount(&mp, &opts).with_context(|| format!("mount FUSE on {}", mp.display()))?;
+        Ok(Connection {
+            master,
+            owned: OwnMount(Some(mp.clone())),
+            mountpoint: Some(mp),
+            session: None,
         })
     }
 }
@@ -173,17 +243,21 @@ fn open_read_ahead(mountpoint: Option<&Path>, kb: u32) -> Arc<Option<ReadAhead>>
 }
 
 /// What `health` reports of this worker for its whole life (and `worker.json` records).
-fn worker_info(cfg: &WorkerConfig, conn: &Connection) -> WorkerInfo {
+fn worker_info(cfg: &WorkerConfig, endpoint: &Endpoint) -> WorkerInfo {
     // SAFETY: plain getters.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (mountpoint, owns_mount, socket) = match endpoint {
+        Endpoint::Fuse { conn, .. } => (conn.mountpoint.clone(), conn.owned.0.is_some(), None),
+        Endpoint::VhostUser { socket, .. } => (None, false, Some(socket.clone())),
+    };
     WorkerInfo {
         version: 1,
         pid: std::process::id(),
         backend: cfg.backend.to_string(),
-        transport: Transport::Fuse,
-        mountpoint: conn.mountpoint.clone(),
-        socket: None,
-        owns_mount: conn.owned.0.is_some(),
+        transport: cfg.transport,
+        mountpoint,
+        socket,
+        owns_mount,
         fsname: cfg.fsname.clone(),
         threads: cfg.threads as u64,
         uid: cfg.run_as.map_or(euid, |(u, _)| u),
@@ -220,19 +294,16 @@ fn least_privilege(cfg: &WorkerConfig) -> Result<()> {
     Ok(())
 }
 
-/// Starts the reader threads and the control thread. The session of a handover is restored
-/// first: the kernel will not send INIT again, and a reader must not answer a request
-/// before the file system knows what was negotiated.
+/// Starts the request threads (FUSE readers, or the vhost-user-fs server) and the control
+/// thread. The session of a handover is restored first: INIT will not come again, and no
+/// request may be answered before the file system knows what was negotiated.
 fn serve(
     cfg: WorkerConfig,
     backend: Backend,
-    conn: Connection,
-    clones: Vec<OwnedFd>,
-    read_ahead: Arc<Option<ReadAhead>>,
+    endpoint: Endpoint,
     listener: UnixListener,
     info: WorkerInfo,
 ) -> Result<Worker> {
-    channel::install_wake_handler()?;
     let stats = Arc::new(Stats::new());
     let throttle = Arc::new(Throttle::new(QosLimits::UNLIMITED));
     if let Some(path) = &cfg.qos {
@@ -246,45 +317,59 @@ fn serve(
         Some(cfg.state_dir.join("session.json")),
         throttle.clone(),
     );
-    if let Some(record) = &conn.session {
+    if let Some(record) = endpoint.session() {
         fs.restore(record).context("the handover's session")?;
     }
-    let shared = Arc::new(Shared::new(
-        clones.len(),
-        stats,
-        fs.negotiated(),
-        throttle,
-        info,
-    ));
-    let server = Arc::new(Server::new(Arc::new(fs)));
-    let mut readers = Vec::new();
-    for (i, clone) in clones.into_iter().enumerate() {
-        let (server, shared, read_ahead) = (server.clone(), shared.clone(), read_ahead.clone());
-        let h = std::thread::Builder::new()
-            .name(format!("fuse-{i}"))
-            .spawn(move || {
-                let after_init = || {
-                    if let Some(ra) = read_ahead.as_ref() {
-                        ra.apply();
-                    }
-                };
-                let r = channel::serve_channel(
-                    &clone,
-                    &server,
-                    &shared.stop_reading,
-                    &shared.stats,
-                    &after_init,
-                );
-                match &r {
-                    Ok(end) => tracing::debug!("reader {i}: {end:?}"),
-                    Err(e) => tracing::error!("reader {i}: {e}"),
-                }
-                shared.live_readers.fetch_sub(1, Ordering::AcqRel);
-                shared.notify();
-                r
-            })?;
-        readers.push(h);
-    }
+    let fs = Arc::new(fs);
+    let server = Arc::new(Server::new(fs.clone()));
+    let shared = |threads, frontends| {
+        Arc::new(Shared::new(
+            threads,
+            stats.clone(),
+            fs.negotiated(),
+            throttle.clone(),
+            frontends,
+            fs.clone(),
+            info.clone(),
+        ))
+    };
+    let (shared, serving, serves) = match endpoint {
+        Endpoint::Fuse {
+            conn,
+            clones,
+            read_ahead,
+        } => {
+            let shared = shared(clones.len(), None);
+            let serves = conn
+                .mountpoint
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "an inherited descriptor".into());
+            let readers = FuseReaders::start(
+                &server,
+                &shared,
+                conn.master,
+                clones,
+                read_ahead,
+                conn.owned.keep(),
+            )?;
+            (shared, Serving::Fuse(readers), serves)
+        }
+        Endpoint::VhostUser {
+            listener,
+            socket,
+            owned,
+            ..
+        } => {
+            let frontends = Arc::new(Frontends::default());
+            let shared = shared(cfg.threads, Some(frontends.clone()));
+            let serves = format!("vhost-user socket {}", socket.display());
+            let owned = owned.then_some(socket);
+            let server =
+                VhostUserServer::start(listener, owned, server, cfg.threads, &shared, frontends)?;
+            (shared, Serving::VhostUser(server), serves)
+        }
+    };
     {
         let shared = shared.clone();
         std::thread::Builder::new()
@@ -292,19 +377,13 @@ fn serve(
             .spawn(move || ipc::line::serve(listener, |line| shared.answer(line)))?;
     }
     tracing::info!(
-        "serving {} on {} with {} threads",
+        "serving {} on {serves} with {} threads",
         cfg.backend,
-        conn.mountpoint
-            .as_deref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|| "an inherited descriptor".into()),
         cfg.threads
     );
     Ok(Worker {
         shared,
-        readers,
-        _master: conn.master,
-        owned_mount: conn.owned.keep(),
+        serving,
         state_dir: cfg.state_dir,
     })
 }
