@@ -9,12 +9,14 @@
 //! for people.
 //!
 //! - [`backend`]: what the plugin needs from the agent ([`DeviceBackend`]).
+//! - [`agent`]: the DPU agent as that backend ([`AgentDevices`]).
 //! - [`request`]: checks of CreateDevice, and when a repeat is the same request.
 //! - [`page`]: ListDevices' pages and tokens.
 //! - [`error`]: the plugin's errors, mapped to gRPC codes in one place.
 //! - [`service`]: IdentityService and StoragePluginService.
 //! - [`server`]: the unix-socket server.
 
+pub mod agent;
 pub mod backend;
 pub mod error;
 pub mod page;
@@ -22,6 +24,7 @@ pub mod request;
 pub mod server;
 pub mod service;
 
+pub use agent::AgentDevices;
 pub use backend::{BackendError, Device, DeviceBackend, DeviceSpec};
 pub use error::PluginError;
 pub use server::{default_socket, serve_until};
