@@ -27,5 +27,5 @@ pub mod service;
 pub use agent::AgentDevices;
 pub use backend::{BackendError, Device, DeviceBackend, DeviceSpec};
 pub use error::PluginError;
-pub use server::{default_socket, serve_until};
+pub use server::{DEFAULT_SOCKET, serve_until};
 pub use service::{CAPABILITIES, PLUGIN_NAME, PluginIdentity, StoragePlugin};

@@ -6,17 +6,13 @@ use crate::dpf::service::{PLUGIN_NAME, PluginIdentity, StoragePlugin};
 use dpufs_proto::nvidia::storage::plugins::v1::identity_service_server::IdentityServiceServer;
 use dpufs_proto::nvidia::storage::plugins::v1::storage_plugin_service_server::StoragePluginServiceServer;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use tokio_stream::wrappers::UnixListenerStream;
 
-/// Where DPF's SNAP node driver looks for a vendor's plugin:
-/// `/var/lib/nvidia/storage/snap/plugins/<plugin name>/dpu.sock`.
-pub fn default_socket() -> PathBuf {
-    Path::new("/var/lib/nvidia/storage/snap/plugins")
-        .join(PLUGIN_NAME)
-        .join("dpu.sock")
-}
+/// Where DPF's SNAP node driver looks for a vendor's plugin,
+/// `/var/lib/nvidia/storage/snap/plugins/<plugin name>/dpu.sock`, for this plugin's name.
+pub const DEFAULT_SOCKET: &str = "/var/lib/nvidia/storage/snap/plugins/dfs.dpufs.io/dpu.sock";
 
 /// Serves IdentityService and StoragePluginService on the unix socket `socket` until
 /// `shutdown` completes, then removes the socket file. A stale socket a previous run left is
@@ -45,9 +41,11 @@ pub async fn serve_until(
 mod tests {
     #[test]
     fn the_default_socket_is_where_snap_looks_for_it() {
+        let plugin_dir =
+            std::path::Path::new("/var/lib/nvidia/storage/snap/plugins").join(super::PLUGIN_NAME);
         assert_eq!(
-            super::default_socket(),
-            std::path::Path::new("/var/lib/nvidia/storage/snap/plugins/dfs.dpufs.io/dpu.sock")
+            std::path::Path::new(super::DEFAULT_SOCKET),
+            plugin_dir.join("dpu.sock")
         );
     }
 }
