@@ -99,9 +99,6 @@ impl std::fmt::Debug for Agent {
     }
 }
 
-/// The worker's flag for the transport the agent serves volumes through.
-const VHOST_USER_TRANSPORT: [&str; 2] = ["--transport", "vhost-user-fs"];
-
 impl Agent {
     /// An agent preparing volumes with `stager`, checking pods through `kube`, attaching with
     /// `attach`; it runs on the Node `dpu_node`, paired with `host_node` when given (else the
@@ -196,14 +193,13 @@ impl Agent {
                 detail: e.to_string(),
             }
         })?;
-        let mut worker_args = prepared.worker_args.clone();
-        worker_args.extend(VHOST_USER_TRANSPORT.map(String::from));
+        // The keeper starts the worker with the export's transport (vhost-user-fs).
         let want = WantedVolume {
             name: prepared.files.keeper_volume.clone(),
             attachment: Attachment::VhostUser {
                 socket: device.socket.clone(),
             },
-            worker_args,
+            worker_args: prepared.worker_args.clone(),
         };
         let state_dir = self.stager.state_dir().to_path_buf();
         let served = tokio::task::spawn_blocking(move || ensure_volume(&state_dir, &want))

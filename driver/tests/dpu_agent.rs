@@ -1,0 +1,398 @@
+//! The DPU agent on real processes, sockets and certificates (docs/dpu.md, "Tests"): its
+//! control channel's mutual TLS, its checks of the host's claims against the API server, the
+//! idempotence of every call, and its restart.
+
+mod dpu_bed;
+
+use dpu_bed::{DPU_NODE, DpuBed, HOST_NODE, client_with, files, stage_request};
+use dpufs_proto::dpu::v1 as pb;
+use tonic::Code;
+
+/// A refused handshake: the client sees the connection fail (UNAVAILABLE) or, in TLS 1.3,
+/// where the server checks the client's certificate after the client's side of the handshake is
+/// done, the connection closed under its first call (CANCELLED), or the server's alert in it
+/// (UNKNOWN, "transport error"). The agent's log counts the refusals on its side.
+fn handshake_refused(e: &tonic::Status) {
+    assert!(
+        matches!(
+            e.code(),
+            Code::Unavailable | Code::Cancelled | Code::Unknown
+        ),
+        "{e:?}"
+    );
+}
+
+/// Fails unless `result` is an error with `code` whose message contains every one of `words`.
+fn refused<T: std::fmt::Debug>(result: Result<T, tonic::Status>, code: Code, words: &[&str]) {
+    let status = result.expect_err("refused");
+    assert_eq!(status.code(), code, "{status:?}");
+    for w in words {
+        assert!(
+            status.message().contains(w),
+            "{:?} does not say {w:?}",
+            status.message()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_channel_refuses_clients_without_the_right_certificate() {
+    let dpu = DpuBed::start().await;
+    // The right client.
+    let probe = dpu
+        .client()
+        .probe(pb::ProbeRequest {})
+        .await
+        .expect("the host's certificate is accepted")
+        .into_inner();
+    assert!(probe.ready, "{probe:?}");
+    assert_eq!(probe.api_version, 1);
+    assert_eq!(probe.agent_version, env!("CARGO_PKG_VERSION"));
+    assert_eq!(probe.dpu_node, DPU_NODE);
+    assert_eq!(probe.host_node, HOST_NODE, "the pairing label");
+    assert_eq!(
+        probe
+            .topology
+            .get("dpufs.io/daos-system")
+            .map(String::as_str),
+        Some("daos_server")
+    );
+    // A client certificate of another CA.
+    let other = dpu.bed.path("other-certs");
+    dpu_bed::certs(&other);
+    let e = client_with(&files(&other, "host"), &dpu.addr())
+        .probe(pb::ProbeRequest {})
+        .await
+        .expect_err("a certificate of another CA is refused");
+    handshake_refused(&e);
+    // The agent's own pair (a server certificate) as a client.
+    let e = client_with(&files(&dpu.certs, "agent"), &dpu.addr())
+        .probe(pb::ProbeRequest {})
+        .await
+        .expect_err("a server certificate is no client's");
+    handshake_refused(&e);
+    // No client certificate at all.
+    let e = dpu_bed::client_without_certificate(&dpu.certs.join("ca.crt"), &dpu.addr())
+        .probe(pb::ProbeRequest {})
+        .await
+        .expect_err("no certificate is refused");
+    handshake_refused(&e);
+    let log = dpu.agent_log();
+    assert!(
+        log.matches("TLS handshake refused").count() >= 3,
+        "the agent logs each refusal:\n{log}"
+    );
+    // The shim checks the agent too: a CA that did not sign the agent's certificate.
+    let e = client_with(&files(&other, "host"), &dpu.addr())
+        .probe(pb::ProbeRequest {})
+        .await
+        .expect_err("refused");
+    assert!(format!("{e:?}").contains("certificate"), "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_cannot_stage_for_a_pod_the_api_server_does_not_show() {
+    let dpu = DpuBed::start().await;
+    let mine = dpu.bed.create("vol-a", "ns-a").await.volume_id;
+    let theirs = dpu.bed.create("vol-b", "ns-b").await.volume_id;
+    let a = dpu
+        .pod_with_volume("ns-a", "trainer", HOST_NODE, &mine)
+        .await;
+    let b = dpu
+        .pod_with_volume("ns-b", "other", HOST_NODE, &theirs)
+        .await;
+    // Tenant A's pod, with a claim of its own bound to tenant B's volume (a PersistentVolume
+    // written by hand): the namespace does not belong to B's tenant.
+    let stolen = dpu
+        .pod_with_volume("ns-a", "thief", HOST_NODE, &theirs)
+        .await;
+    let far = dpu.pod_with_volume("ns-a", "far", "host-2", &mine).await;
+    let mut client = dpu.client();
+    refused(
+        client
+            .stage_volume(stage_request(
+                &theirs,
+                HOST_NODE,
+                ("ns-a", "thief", &stolen),
+            ))
+            .await,
+        Code::PermissionDenied,
+        &["ns-a", "team-a", "team-b"],
+    );
+    // The host lies: tenant A's pod, said to be in B's namespace.
+    refused(
+        client
+            .stage_volume(stage_request(&theirs, HOST_NODE, ("ns-b", "trainer", &a)))
+            .await,
+        Code::PermissionDenied,
+        &["ns-b/trainer", "does not exist"],
+    );
+    // The host lies: B's pod's name with A's pod's UID.
+    refused(
+        client
+            .stage_volume(stage_request(&theirs, HOST_NODE, ("ns-b", "other", &a)))
+            .await,
+        Code::PermissionDenied,
+        &["UID", &b],
+    );
+    // A pod of A on another node.
+    refused(
+        client
+            .stage_volume(stage_request(&mine, HOST_NODE, ("ns-a", "far", &far)))
+            .await,
+        Code::PermissionDenied,
+        &["host-2", HOST_NODE],
+    );
+    // A's pod asking for a volume its claim is not bound to.
+    let third = dpu.bed.create("vol-c", "ns-a").await.volume_id;
+    refused(
+        client
+            .stage_volume(stage_request(&third, HOST_NODE, ("ns-a", "trainer", &a)))
+            .await,
+        Code::PermissionDenied,
+        &["trainer-data", &third],
+    );
+    // Another host's name.
+    refused(
+        client
+            .stage_volume(stage_request(&mine, "host-2", ("ns-a", "trainer", &a)))
+            .await,
+        Code::PermissionDenied,
+        &[HOST_NODE, "host-2"],
+    );
+    // No pod.
+    let mut no_pod = stage_request(&mine, HOST_NODE, ("ns-a", "trainer", &a));
+    no_pod.pod = None;
+    refused(
+        client.stage_volume(no_pod).await,
+        Code::InvalidArgument,
+        &["podInfoOnMount"],
+    );
+    assert!(
+        dpu.records().is_empty(),
+        "nothing recorded: {:?}",
+        dpu.records()
+    );
+    assert!(dpu.keeper_list().is_empty(), "nothing exported");
+    // The agent asked the API server nothing it is not granted.
+    for (resource, verb) in dpu.agent_calls() {
+        assert_eq!(verb, "get", "{resource}");
+        assert!(
+            dpu_bed::AGENT_RBAC.contains(&resource.as_str()),
+            "{resource}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_is_idempotent_and_list_pages() {
+    let dpu = DpuBed::start().await;
+    let mut client = dpu.client();
+    let mut volumes = vec![];
+    for i in 0..3 {
+        let id = dpu.bed.create(&format!("vol-{i}"), "ns-a").await.volume_id;
+        let uid = dpu
+            .pod_with_volume("ns-a", &format!("pod-{i}"), HOST_NODE, &id)
+            .await;
+        volumes.push((id, uid));
+    }
+    let mut devices = vec![];
+    for (i, (id, uid)) in volumes.iter().enumerate() {
+        let pod = ("ns-a", &*format!("pod-{i}"), uid.as_str());
+        let first = client
+            .stage_volume(stage_request(id, HOST_NODE, pod))
+            .await
+            .unwrap_or_else(|e| panic!("stage {id}: {e:?}\n{}", dpu.agent_log()))
+            .into_inner()
+            .device
+            .unwrap();
+        let again = client
+            .stage_volume(stage_request(id, HOST_NODE, pod))
+            .await
+            .expect("the same stage again")
+            .into_inner()
+            .device
+            .unwrap();
+        assert_eq!(first, again);
+        assert_eq!(first.transport, pb::DeviceTransport::VhostUserFs as i32);
+        assert!(
+            first.tag.starts_with("dpufs-") && first.tag.len() <= 36,
+            "{first:?}"
+        );
+        devices.push(first);
+    }
+    let tags: std::collections::BTreeSet<&str> = devices.iter().map(|d| d.tag.as_str()).collect();
+    assert_eq!(tags.len(), 3, "one tag per volume");
+    let workers: Vec<_> = dpu.keeper_list();
+    assert_eq!(workers.len(), 3, "one export per volume: {workers:?}");
+    assert!(workers.iter().all(|v| v.pid.is_some()), "{workers:?}");
+    // Stats, twice.
+    for _ in 0..2 {
+        let stats = client
+            .get_volume_stats(pb::GetVolumeStatsRequest {
+                volume_id: volumes[0].0.clone(),
+            })
+            .await
+            .expect("stats")
+            .into_inner();
+        let bytes = stats.bytes.expect("bytes from the worker");
+        assert_eq!(bytes.total, 512 << 20, "the volume's quota: {stats:?}");
+        assert!(bytes.available <= bytes.total);
+        let inodes = stats.inodes.expect("inodes");
+        assert!(
+            inodes.available > 0 && inodes.total >= inodes.available,
+            "{inodes:?}"
+        );
+        let condition = stats.condition.expect("a condition");
+        // Nothing is attached (--attach none): no frontend has connected.
+        assert!(condition.abnormal, "{condition:?}");
+        assert!(condition.message.contains("no frontend"), "{condition:?}");
+    }
+    refused(
+        client
+            .get_volume_stats(pb::GetVolumeStatsRequest {
+                volume_id: dpu.bed.create("not-staged", "ns-a").await.volume_id,
+            })
+            .await,
+        Code::NotFound,
+        &["not staged"],
+    );
+    // List: pages of two, in the order of the ids, each page the same when asked again.
+    let mut sorted: Vec<String> = volumes.iter().map(|(id, _)| id.clone()).collect();
+    sorted.sort();
+    let lister = client.clone();
+    let page = |token: String| {
+        let mut client = lister.clone();
+        async move {
+            client
+                .list_volumes(pb::ListVolumesRequest {
+                    max_entries: 2,
+                    starting_token: token,
+                })
+                .await
+                .expect("list")
+                .into_inner()
+        }
+    };
+    let first = page(String::new()).await;
+    assert_eq!(first, page(String::new()).await);
+    let ids = |p: &pb::ListVolumesResponse| -> Vec<String> {
+        p.entries.iter().map(|e| e.volume_id.clone()).collect()
+    };
+    assert_eq!(ids(&first), sorted[..2]);
+    assert!(!first.next_token.is_empty());
+    let second = page(first.next_token.clone()).await;
+    assert_eq!(ids(&second), sorted[2..]);
+    assert!(second.next_token.is_empty(), "the last page");
+    let listed: Vec<_> = first.entries.iter().chain(&second.entries).collect();
+    for e in listed {
+        let staged = volumes
+            .iter()
+            .position(|(id, _)| *id == e.volume_id)
+            .unwrap();
+        assert_eq!(e.device.as_ref(), Some(&devices[staged]));
+    }
+    refused(
+        client
+            .list_volumes(pb::ListVolumesRequest {
+                max_entries: 2,
+                starting_token: "not a token".into(),
+            })
+            .await,
+        Code::Aborted,
+        &["not a token"],
+    );
+    // Unstage, twice; and a volume never staged.
+    for (id, _) in &volumes {
+        for _ in 0..2 {
+            client
+                .unstage_volume(pb::UnstageVolumeRequest {
+                    volume_id: id.clone(),
+                    host_node: HOST_NODE.into(),
+                })
+                .await
+                .expect("unstage");
+        }
+    }
+    let (pool, _) = sorted[0].rsplit_once('/').unwrap();
+    client
+        .unstage_volume(pb::UnstageVolumeRequest {
+            volume_id: format!("{pool}/{}", uuid::Uuid::new_v4()),
+            host_node: HOST_NODE.into(),
+        })
+        .await
+        .expect("a volume never staged");
+    assert!(dpu.keeper_list().is_empty(), "{:?}", dpu.keeper_list());
+    assert!(dpu.records().is_empty(), "{:?}", dpu.records());
+    let sockets = std::fs::read_dir(dpu.bed.state.join("vhost-user"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(sockets, 0, "the sockets are gone");
+    let empty = page(String::new()).await;
+    assert!(empty.entries.is_empty() && empty.next_token.is_empty());
+    // Another host may not unstage here.
+    refused(
+        client
+            .unstage_volume(pb::UnstageVolumeRequest {
+                volume_id: sorted[0].clone(),
+                host_node: "host-2".into(),
+            })
+            .await,
+        Code::PermissionDenied,
+        &["host-2"],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_readopts_its_workers() {
+    let mut dpu = DpuBed::start().await;
+    let mut staged = vec![];
+    for i in 0..2 {
+        let id = dpu.bed.create(&format!("vol-{i}"), "ns-a").await.volume_id;
+        let uid = dpu
+            .pod_with_volume("ns-a", &format!("pod-{i}"), HOST_NODE, &id)
+            .await;
+        let request = stage_request(&id, HOST_NODE, ("ns-a", &format!("pod-{i}"), &uid));
+        let device = dpu
+            .client()
+            .stage_volume(request.clone())
+            .await
+            .unwrap_or_else(|e| panic!("stage: {e:?}\n{}", dpu.agent_log()))
+            .into_inner()
+            .device;
+        staged.push((request, device));
+    }
+    let before = dpu.keeper_list();
+    assert_eq!(before.len(), 2);
+    let agent = dpu.agent.take().expect("the agent");
+    dpufs_e2e::kill9(agent.id());
+    let mut agent = agent;
+    let _ = agent.wait();
+    // The workers serve on without their agent.
+    assert_eq!(dpu.keeper_list(), before);
+    dpu.start_agent();
+    let mut client = dpu.client();
+    for (request, device) in &staged {
+        let again = client
+            .stage_volume(request.clone())
+            .await
+            .expect("the restarted agent answers")
+            .into_inner()
+            .device;
+        assert_eq!(&again, device, "the same device");
+    }
+    assert_eq!(
+        dpu.keeper_list(),
+        before,
+        "the same exports and worker pids"
+    );
+    for (request, _) in &staged {
+        client
+            .unstage_volume(pb::UnstageVolumeRequest {
+                volume_id: request.volume_id.clone(),
+                host_node: HOST_NODE.into(),
+            })
+            .await
+            .expect("unstage");
+    }
+}

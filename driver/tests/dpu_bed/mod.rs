@@ -1,0 +1,371 @@
+//! The DPU-mode test bed: the CSI bed's engine and controller (to create volumes), the node's
+//! mount keeper, `dpufs-csi dpu-agent` on TCP with certificates from `dpufs certs dpu`, and the
+//! in-repo fake API server served over HTTP to the agent, holding the DPU's Node and the
+//! pods, claims and PersistentVolumes the agent checks.
+#![allow(dead_code)]
+
+use dpufs_csi::dpu::tls;
+use dpufs_e2e::csi_bed::{Bed, BedOptions, wait_until};
+use dpufs_kube::testing::FakeApiServer;
+use dpufs_node_api::keeper::VolumeStatus;
+use dpufs_proto::dpu::v1::dpu_agent_client::DpuAgentClient;
+use dpufs_proto::dpu::v1::{self as pb};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use tonic::transport::Channel;
+
+/// The DPU's node, and the host it is paired with.
+pub const DPU_NODE: &str = "dpu-1";
+pub const HOST_NODE: &str = "host-1";
+/// The user the agent's API calls are recorded for.
+pub const AGENT_USER: &str = "dpufs-dpu-agent";
+
+/// The API calls the agent may make (docs/dpu.md, "RBAC"): `get` of these, in the core group.
+pub const AGENT_RBAC: [&str; 4] = [
+    "pods",
+    "persistentvolumeclaims",
+    "persistentvolumes",
+    "nodes",
+];
+
+/// `dpufs certs dpu DIR --agent-host 127.0.0.1`: the real command.
+pub fn certs(dir: &Path) {
+    let dpufs = dpufs_e2e::binary("dpufs", "dpufs");
+    let out = Command::new(&dpufs)
+        .args(["certs", "dpu"])
+        .arg(dir)
+        .args(["--agent-host", "127.0.0.1"])
+        .output()
+        .expect("run dpufs certs dpu");
+    assert!(
+        out.status.success(),
+        "dpufs certs dpu: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The host's (or any side's) TLS files in a `dpufs certs dpu` directory.
+pub fn files(dir: &Path, side: &str) -> tls::TlsFiles {
+    tls::TlsFiles {
+        ca: dir.join("ca.crt"),
+        cert: dir.join(format!("{side}.crt")),
+        key: dir.join(format!("{side}.key")),
+    }
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Engine, controller, keeper, fake API server and agent.
+pub struct DpuBed {
+    pub bed: Bed,
+    pub fake: FakeApiServer,
+    serving: tokio::task::JoinHandle<()>,
+    pub kubeconfig: PathBuf,
+    pub certs: PathBuf,
+    pub keeper: Child,
+    pub agent: Option<Child>,
+    pub port: u16,
+    binary: PathBuf,
+}
+
+impl Drop for DpuBed {
+    fn drop(&mut self) {
+        self.serving.abort();
+        if let Some(a) = self.agent.as_mut() {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
+        // The workers outlive the keeper (they are meant to): a failed test's are ended here.
+        for v in self.keeper_list() {
+            if let Some(pid) = v.pid {
+                // SAFETY: plain kill(2) of a worker this bed's keeper started.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        }
+        let _ = self.keeper.kill();
+        let _ = self.keeper.wait();
+    }
+}
+
+impl DpuBed {
+    /// Starts everything; the agent runs with `--attach none` and the static directory of the
+    /// CSI bed (tenants team-a: ns-a, team-b: ns-b).
+    pub async fn start() -> DpuBed {
+        let binary = PathBuf::from(env!("CARGO_BIN_EXE_dpufs-csi"));
+        let mut opts = BedOptions::new(&binary);
+        opts.node = false;
+        opts.log_to_files = true;
+        let bed = Bed::start(opts).await;
+        let cert_dir = bed.path("certs");
+        certs(&cert_dir);
+        let fake = FakeApiServer::new();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let serving = fake.as_user(AGENT_USER).serve_http(listener);
+        let kubeconfig = bed.path("agent.kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            json!({
+                "apiVersion": "v1", "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": url}}],
+                "users": [{"name": "agent", "user": {}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "agent"}}],
+                "current-context": "fake"
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let keeper = Command::new(&binary)
+            .args(["keeper", "--state-dir"])
+            .arg(&bed.state)
+            .stdin(Stdio::null())
+            .stdout(log(&bed, "keeper"))
+            .stderr(log(&bed, "keeper"))
+            .spawn()
+            .expect("spawn the keeper");
+        let socket = bed.state.join("keeper.sock");
+        wait_until("the keeper", || socket.exists());
+        let mut dpu = DpuBed {
+            bed,
+            fake,
+            serving,
+            kubeconfig,
+            certs: cert_dir,
+            keeper,
+            agent: None,
+            port: free_port(),
+            binary,
+        };
+        dpu.create(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": DPU_NODE, "labels": {"provisioning.dpu.nvidia.com/host": HOST_NODE}},
+            "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]}
+        }))
+        .await;
+        dpu.start_agent();
+        dpu
+    }
+
+    /// Starts (or starts again) the agent and waits until its port accepts.
+    pub fn start_agent(&mut self) {
+        let agent = Command::new(&self.binary)
+            .arg("dpu-agent")
+            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+            .arg("--tls-ca")
+            .arg(self.certs.join("ca.crt"))
+            .arg("--tls-cert")
+            .arg(self.certs.join("agent.crt"))
+            .arg("--tls-key")
+            .arg(self.certs.join("agent.key"))
+            .args([
+                "--node-id",
+                DPU_NODE,
+                "--attach",
+                "none",
+                "--keeper-start",
+                "never",
+            ])
+            .arg("--directory")
+            .arg(self.bed.path("directory.json"))
+            .arg("--state-dir")
+            .arg(&self.bed.state)
+            .arg("--agent-key")
+            .arg(self.bed.path("agent.key"))
+            .arg("--fabric-dir")
+            .arg(&self.bed.vol.fabric_dir)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log(&self.bed, "agent"))
+            .stderr(log(&self.bed, "agent"))
+            .spawn()
+            .expect("spawn the agent");
+        self.agent = Some(agent);
+        let addr = format!("127.0.0.1:{}", self.port);
+        wait_until("the agent's port", || {
+            std::net::TcpStream::connect(&addr).is_ok()
+        });
+    }
+
+    /// The agent's address.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A client with the host's certificate.
+    pub fn client(&self) -> DpuAgentClient<Channel> {
+        client_with(&files(&self.certs, "host"), &self.addr())
+    }
+
+    /// Creates an object in the fake API server.
+    pub async fn create(&self, object: Value) {
+        let client = self.fake.client();
+        let kind = object["kind"].as_str().unwrap().to_string();
+        let ns = object["metadata"]["namespace"].as_str().map(str::to_string);
+        let pp = PostParams::default();
+        match kind.as_str() {
+            "Node" => {
+                let o: Node = serde_json::from_value(object).unwrap();
+                Api::<Node>::all(client).create(&pp, &o).await.unwrap();
+            }
+            "Pod" => {
+                let o: Pod = serde_json::from_value(object).unwrap();
+                Api::<Pod>::namespaced(client, &ns.unwrap())
+                    .create(&pp, &o)
+                    .await
+                    .unwrap();
+            }
+            "PersistentVolumeClaim" => {
+                let o: PersistentVolumeClaim = serde_json::from_value(object).unwrap();
+                Api::<PersistentVolumeClaim>::namespaced(client, &ns.unwrap())
+                    .create(&pp, &o)
+                    .await
+                    .unwrap();
+            }
+            "PersistentVolume" => {
+                let o: PersistentVolume = serde_json::from_value(object).unwrap();
+                Api::<PersistentVolume>::all(client)
+                    .create(&pp, &o)
+                    .await
+                    .unwrap();
+            }
+            other => panic!("the bed makes no {other}"),
+        }
+    }
+
+    /// A pod `namespace/name` on `node` using claim `claim`, its claim bound to a
+    /// PersistentVolume `pv-<namespace>-<name>` of the driver for `volume_id`. Returns its UID.
+    pub async fn pod_with_volume(
+        &self,
+        namespace: &str,
+        name: &str,
+        node: &str,
+        volume_id: &str,
+    ) -> String {
+        let claim = format!("{name}-data");
+        let pv = format!("pv-{namespace}-{name}");
+        self.create(json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+            "spec": {"accessModes": ["ReadWriteMany"], "volumeName": pv,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Bound"}
+        }))
+        .await;
+        let pvc_uid = Api::<PersistentVolumeClaim>::namespaced(self.fake.client(), namespace)
+            .get(&claim)
+            .await
+            .unwrap()
+            .metadata
+            .uid
+            .unwrap();
+        self.create(json!({
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": pv},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                     "csi": {"driver": "dfs.dpufs.io", "volumeHandle": volume_id},
+                     "claimRef": {"namespace": namespace, "name": claim, "uid": pvc_uid}}
+        }))
+        .await;
+        self.create(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}],
+                     "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}
+        }))
+        .await;
+        Api::<Pod>::namespaced(self.fake.client(), namespace)
+            .get(name)
+            .await
+            .unwrap()
+            .metadata
+            .uid
+            .unwrap()
+    }
+
+    /// The keeper's volumes.
+    pub fn keeper_list(&self) -> Vec<VolumeStatus> {
+        let socket = self.bed.state.join("keeper.sock");
+        match dpufs_csi::ipc::keeper::list(&socket) {
+            Ok(list) => list.volumes,
+            Err(_) => vec![],
+        }
+    }
+
+    /// The agent's stage records.
+    pub fn records(&self) -> Vec<PathBuf> {
+        self.bed.records()
+    }
+
+    /// What the agent logged.
+    pub fn agent_log(&self) -> String {
+        self.bed.log("agent")
+    }
+
+    /// The API calls the agent made, as (resource, verb), all in the core group.
+    pub fn agent_calls(&self) -> Vec<(String, String)> {
+        self.fake
+            .api_calls(AGENT_USER)
+            .into_iter()
+            .map(|c| {
+                assert_eq!(c.group, "", "the agent calls only the core group: {c:?}");
+                (c.resource, c.verb)
+            })
+            .collect()
+    }
+}
+
+fn log(bed: &Bed, name: &str) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(bed.path(&format!("{name}.log")))
+        .expect("open the log")
+}
+
+/// A client of the agent at `addr` with `files`.
+pub fn client_with(files: &tls::TlsFiles, addr: &str) -> DpuAgentClient<Channel> {
+    let connector = tls::connector(files).expect("the host's TLS files");
+    DpuAgentClient::new(tls::channel(connector, addr, None).expect("a channel"))
+}
+
+/// A client that presents no certificate (it trusts the CA at `ca`).
+pub fn client_without_certificate(ca: &Path, addr: &str) -> DpuAgentClient<Channel> {
+    use openssl::ssl::{SslConnector, SslMethod};
+    let mut b = SslConnector::builder(SslMethod::tls_client()).unwrap();
+    b.set_ca_file(ca).unwrap();
+    b.set_alpn_protos(b"\x02h2").unwrap();
+    DpuAgentClient::new(tls::channel(b.build(), addr, None).unwrap())
+}
+
+/// A StageVolume request of `host` for the pod `namespace/name/uid`.
+pub fn stage_request(
+    volume_id: &str,
+    host: &str,
+    pod: (&str, &str, &str),
+) -> pb::StageVolumeRequest {
+    pb::StageVolumeRequest {
+        volume_id: volume_id.into(),
+        access: Some(pb::VolumeAccess {
+            mode: pb::AccessMode::MultiNodeMultiWriter as i32,
+            read_only: false,
+        }),
+        volume_context: Default::default(),
+        pod: Some(pb::PodRef {
+            namespace: pod.0.into(),
+            name: pod.1.into(),
+            uid: pod.2.into(),
+        }),
+        host_node: host.into(),
+    }
+}
