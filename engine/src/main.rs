@@ -48,7 +48,9 @@ struct Args {
     /// public key (PEM) is in this file (repeatable). Without one, no data service runs.
     #[arg(long = "agent-key", value_name = "PEM")]
     agent_keys: Vec<PathBuf>,
-    /// Handshake address of the fabric data service (port 0 picks one).
+    /// Handshake address of the fabric data service (port 0 picks one). The software
+    /// device's QPs accept their connections on the same IP (another port): workers on other
+    /// nodes connect to both, so give an address they reach, not a wildcard.
     #[arg(long, default_value = "127.0.0.1:0")]
     fabric_listen: SocketAddr,
     /// The fabric provider of the data service: `soft` (the node's software RDMA device) or
@@ -153,7 +155,7 @@ fn start_data(engine: &Arc<Engine>, args: &Args) -> anyhow::Result<Option<Box<dy
         listen: args.fabric_listen,
         provider: Provider::new(
             args.fabric_provider,
-            DeviceOptions::new(args.fabric_device.clone()),
+            DeviceOptions::new(args.fabric_device.clone()).listening_on(args.fabric_listen.ip()),
         ),
         agent_keys: args.agent_keys.clone(),
         clock_skew: std::time::Duration::from_secs(args.capability_skew_secs),

@@ -80,6 +80,16 @@ impl Provider {
         }
     }
 
+    /// The same provider for talking to `peer` on another node: a software device's QPs then
+    /// accept connections on this machine's address towards `peer`
+    /// ([`DeviceOptions::facing`]); an RDMA device needs nothing.
+    pub fn facing(&self, peer: std::net::SocketAddr) -> Result<Provider> {
+        Ok(match self {
+            Provider::Soft(opts) => Provider::Soft(opts.clone().facing(peer)?),
+            verbs @ Provider::Verbs { .. } => verbs.clone(),
+        })
+    }
+
     /// Opens the device and hands it to `user`. A build without the `rdma` feature, or a
     /// machine without an RDMA device, fails with [`FabricError::NoDevice`] saying which.
     pub fn open<U: UseDevice>(&self, user: U) -> Result<U::Output> {
@@ -144,6 +154,20 @@ mod tests {
         );
         assert_eq!(provider.kind(), ProviderKind::Soft);
         assert!(provider.open(Name).unwrap().ends_with("SoftDevice"));
+    }
+
+    #[test]
+    fn a_soft_device_facing_a_peer_listens_where_the_peer_reaches_it() {
+        let provider = Provider::Soft(DeviceOptions::new("facing"));
+        let Provider::Soft(opts) = provider.facing("127.0.0.1:9".parse().unwrap()).unwrap() else {
+            panic!("still the soft provider");
+        };
+        assert_eq!(opts.listen, "127.0.0.1:0".parse().unwrap());
+        let verbs = Provider::Verbs { device: None };
+        assert!(matches!(
+            verbs.facing("127.0.0.1:9".parse().unwrap()),
+            Ok(Provider::Verbs { device: None })
+        ));
     }
 
     #[test]

@@ -70,9 +70,13 @@ impl std::fmt::Debug for EngineClient {
 
 impl EngineClient {
     /// Opens `provider`'s device and a tenant session on it (its own PD, buffer pools and
-    /// QPs) for the data service at `server`.
+    /// QPs) for the data service at `server`. A software device's QPs accept the engine's
+    /// connections on this machine's address towards `server` (the engine connects back to
+    /// them from its node).
     pub fn open(provider: &Provider, server: SocketAddr) -> Result<EngineClient, SessionError> {
-        let session = provider.open(OpenSession(SessionConfig::default()))??;
+        let session = provider
+            .facing(server)?
+            .open(OpenSession(SessionConfig::default()))??;
         Ok(EngineClient { session, server })
     }
 

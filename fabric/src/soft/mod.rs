@@ -29,7 +29,7 @@ mod table;
 mod wire;
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
@@ -113,6 +113,31 @@ impl DeviceOptions {
     pub fn in_dir(mut self, dir: impl Into<PathBuf>) -> DeviceOptions {
         self.dir = dir.into();
         self
+    }
+
+    /// Same options, QPs accepting connections on `ip` (any port). A QP's endpoint names this
+    /// address, and a peer on another node connects back to it when its QP goes RTS: it must
+    /// be an address that peer reaches, not the loopback default.
+    pub fn listening_on(mut self, ip: IpAddr) -> DeviceOptions {
+        self.listen = SocketAddr::new(ip, 0);
+        self
+    }
+
+    /// Same options, QPs accepting connections on this machine's address on its route to
+    /// `peer`: the source address the kernel gives a connection to `peer`, so the peer can
+    /// connect back over the same network (loopback for a peer on loopback).
+    pub fn facing(self, peer: SocketAddr) -> Result<DeviceOptions> {
+        let any: IpAddr = match peer {
+            SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+            SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+        };
+        let route =
+            |e| FabricError::io(format!("finding this machine's address towards {peer}"), e);
+        // Connecting a UDP socket sends nothing: it only picks the route and the source address.
+        let probe = UdpSocket::bind((any, 0)).map_err(route)?;
+        probe.connect(peer).map_err(route)?;
+        let local = probe.local_addr().map_err(route)?;
+        Ok(self.listening_on(local.ip()))
     }
 }
 
