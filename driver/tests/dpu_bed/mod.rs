@@ -20,8 +20,9 @@ use tonic::transport::Channel;
 /// The DPU's node, and the host it is paired with.
 pub const DPU_NODE: &str = "dpu-1";
 pub const HOST_NODE: &str = "host-1";
-/// The user the agent's API calls are recorded for.
+/// The users the agent's and the shim's API calls are recorded for.
 pub const AGENT_USER: &str = "dpufs-dpu-agent";
+pub const SHIM_USER: &str = "dpufs-host-shim";
 
 /// The API calls the agent may make (docs/dpu.md, "RBAC"): `get` of these, in the core group.
 pub const AGENT_RBAC: [&str; 4] = [
@@ -69,7 +70,7 @@ pub fn free_port() -> u16 {
 pub struct DpuBed {
     pub bed: Bed,
     pub fake: FakeApiServer,
-    serving: tokio::task::JoinHandle<()>,
+    serving: Vec<tokio::task::JoinHandle<()>>,
     pub kubeconfig: PathBuf,
     pub certs: PathBuf,
     pub keeper: Child,
@@ -80,7 +81,9 @@ pub struct DpuBed {
 
 impl Drop for DpuBed {
     fn drop(&mut self) {
-        self.serving.abort();
+        for s in &self.serving {
+            s.abort();
+        }
         if let Some(a) = self.agent.as_mut() {
             let _ = a.kill();
             let _ = a.wait();
@@ -109,22 +112,8 @@ impl DpuBed {
         let cert_dir = bed.path("certs");
         certs(&cert_dir);
         let fake = FakeApiServer::new();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let serving = fake.as_user(AGENT_USER).serve_http(listener);
-        let kubeconfig = bed.path("agent.kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            json!({
-                "apiVersion": "v1", "kind": "Config",
-                "clusters": [{"name": "fake", "cluster": {"server": url}}],
-                "users": [{"name": "agent", "user": {}}],
-                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "agent"}}],
-                "current-context": "fake"
-            })
-            .to_string(),
-        )
-        .unwrap();
+        let (kubeconfig, serving) =
+            serve_as(&fake, AGENT_USER, &bed.path("agent.kubeconfig")).await;
         let keeper = Command::new(&binary)
             .args(["keeper", "--state-dir"])
             .arg(&bed.state)
@@ -138,7 +127,7 @@ impl DpuBed {
         let mut dpu = DpuBed {
             bed,
             fake,
-            serving,
+            serving: vec![serving],
             kubeconfig,
             certs: cert_dir,
             keeper,
@@ -195,6 +184,14 @@ impl DpuBed {
         wait_until("the agent's port", || {
             std::net::TcpStream::connect(&addr).is_ok()
         });
+    }
+
+    /// A kubeconfig of the fake for the shim (its calls recorded for [`SHIM_USER`]).
+    pub async fn shim_kubeconfig(&mut self) -> PathBuf {
+        let (path, serving) =
+            serve_as(&self.fake, SHIM_USER, &self.bed.path("shim.kubeconfig")).await;
+        self.serving.push(serving);
+        path
     }
 
     /// The agent's address.
@@ -325,7 +322,31 @@ impl DpuBed {
     }
 }
 
-fn log(bed: &Bed, name: &str) -> std::fs::File {
+/// Serves `fake` over HTTP, recording calls for `user`; writes a kubeconfig for it to `path`.
+async fn serve_as(
+    fake: &FakeApiServer,
+    user: &str,
+    path: &Path,
+) -> (PathBuf, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let serving = fake.as_user(user).serve_http(listener);
+    std::fs::write(
+        path,
+        json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": url}}],
+            "users": [{"name": user, "user": {}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": user}}],
+            "current-context": "fake"
+        })
+        .to_string(),
+    )
+    .unwrap();
+    (path.to_path_buf(), serving)
+}
+
+pub fn log(bed: &Bed, name: &str) -> std::fs::File {
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
