@@ -87,8 +87,9 @@ impl GuestBuilder {
         self
     }
 
-    /// Free `pcie-root-port`s `hotplug0`… for devices hot-plugged later through QMP
-    /// ([`Guest::qmp_socket`], [`Guest::hotplug_port`]).
+    /// Free `pcie-root-port`s `dpufs-port-0`… for devices hot-plugged later through QMP
+    /// ([`Guest::qmp_socket`], [`Guest::hotplug_port`]); the DPU agent's QMP attachment
+    /// plugs volumes into the free ports of that name.
     pub fn pcie_hotplug_slots(mut self, n: usize) -> Self {
         self.hotplug_slots = n;
         self

@@ -31,9 +31,10 @@ impl RunFiles {
     }
 }
 
-/// The id of the free root port `i`.
+/// The id of the free root port `i`: the name the DPU agent's QMP attachment looks for
+/// (`driver/src/dpu/attach/qmp_attach.rs`).
 pub fn hotplug_port(i: usize) -> String {
-    format!("hotplug{i}")
+    format!("dpufs-port-{i}")
 }
 
 /// Everything QEMU's arguments depend on.
@@ -159,7 +160,7 @@ mod tests {
             "-serial file:/run/g,,1/console.log -serial file:/run/g,,1/output.log",
             "-qmp unix:/run/g,,1/qmp.sock,server=on,wait=off",
             "-chardev socket,id=vfs0,path=/s/vol.sock -device vhost-user-fs-pci,id=vfsdev0,queue-size=1024,chardev=vfs0,tag=vol",
-            "-device pcie-root-port,id=hotplug0,bus=pcie.0,chassis=1 -device pcie-root-port,id=hotplug1,bus=pcie.0,chassis=2",
+            "-device pcie-root-port,id=dpufs-port-0,bus=pcie.0,chassis=1 -device pcie-root-port,id=dpufs-port-1,bus=pcie.0,chassis=2",
             "-netdev user,id=net0,hostfwd=tcp:127.0.0.1:2222-:22 -device virtio-net-pci,netdev=net0,mac=52:54:00:d9:f5:10",
         ] {
             assert!(args.contains(part), "{part}\nnot in\n{args}");
