@@ -396,3 +396,183 @@ async fn a_restarted_agent_readopts_its_workers() {
             .expect("unstage");
     }
 }
+
+/// The agent's pod check and pairing against a real kube-apiserver, as a user bound to exactly
+/// the agent's rules (docs/dpu.md, "RBAC"): what the API server really stores and serves for
+/// pods, claims, PersistentVolumes and Nodes is what the agent reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_checks_on_a_real_api_server() {
+    use dpufs_csi::dpu::agent::pods::{self, PodCheckError, PodRef, PodRefusal};
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    use serde_json::json;
+    let Some(server) = dpufs_e2e::kube_api::KubeApiServer::start("pod_checks_on_a_real_api_server")
+    else {
+        return;
+    };
+    let admin = server.client().await;
+    let create = |object: serde_json::Value| {
+        let admin = admin.clone();
+        async move {
+            let kind = object["kind"].as_str().unwrap().to_string();
+            let (group_version, plural) = match kind.as_str() {
+                "ClusterRole" => ("rbac.authorization.k8s.io/v1", "clusterroles"),
+                "ClusterRoleBinding" => ("rbac.authorization.k8s.io/v1", "clusterrolebindings"),
+                "Namespace" => ("v1", "namespaces"),
+                "ServiceAccount" => ("v1", "serviceaccounts"),
+                "Node" => ("v1", "nodes"),
+                "Pod" => ("v1", "pods"),
+                "PersistentVolumeClaim" => ("v1", "persistentvolumeclaims"),
+                "PersistentVolume" => ("v1", "persistentvolumes"),
+                other => panic!("{other}"),
+            };
+            let (group, version) = group_version.split_once('/').unwrap_or(("", group_version));
+            let resource = kube::api::ApiResource {
+                group: group.into(),
+                version: version.into(),
+                api_version: group_version.into(),
+                kind: kind.clone(),
+                plural: plural.into(),
+            };
+            let api: Api<kube::api::DynamicObject> = match object["metadata"]["namespace"].as_str()
+            {
+                Some(ns) => Api::namespaced_with(admin, ns, &resource),
+                None => Api::all_with(admin, &resource),
+            };
+            let o: kube::api::DynamicObject = serde_json::from_value(object).unwrap();
+            api.create(&PostParams::default(), &o)
+                .await
+                .unwrap_or_else(|e| panic!("creating a {kind}: {e}"))
+        }
+    };
+    let rules: Vec<serde_json::Value> = dpu_bed::AGENT_RBAC
+        .iter()
+        .map(|r| json!({"apiGroups": [""], "resources": [r], "verbs": ["get"]}))
+        .collect();
+    create(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                  "metadata": {"name": "dpufs-dpu-agent"}, "rules": rules}),
+    )
+    .await;
+    create(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                  "metadata": {"name": "dpufs-dpu-agent"},
+                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                              "name": "dpufs-dpu-agent"},
+                  "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                "name": dpu_bed::AGENT_USER}]}),
+    )
+    .await;
+    create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns-a"}})).await;
+    // No controller-manager makes the namespace's default service account; pods need it.
+    create(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                  "metadata": {"name": "default", "namespace": "ns-a"}}))
+    .await;
+    create(json!({"apiVersion": "v1", "kind": "Node",
+                  "metadata": {"name": DPU_NODE, "labels": {"provisioning.dpu.nvidia.com/host": HOST_NODE}}}))
+    .await;
+    let volume_id =
+        "v1/daos_server/6f1c2d1e-3a4b-4c5d-8e9f-0a1b2c3d4e5f/0b8a9c55-1d2e-4f60-9a7b-8c9d0e1f2a3b";
+    let pvc = create(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                  "metadata": {"name": "data", "namespace": "ns-a"},
+                  "spec": {"accessModes": ["ReadWriteMany"], "volumeName": "pv-data",
+                           "storageClassName": "", "resources": {"requests": {"storage": "1Gi"}}}}))
+    .await;
+    create(json!({"apiVersion": "v1", "kind": "PersistentVolume",
+                  "metadata": {"name": "pv-data"},
+                  "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                           "storageClassName": "",
+                           "csi": {"driver": "dfs.dpufs.io", "volumeHandle": volume_id},
+                           "claimRef": {"namespace": "ns-a", "name": "data",
+                                        "uid": pvc.metadata.uid.clone().unwrap()}}}))
+    .await;
+    // Without kube-controller-manager nobody binds: the claim's status is written here.
+    Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "ns-a")
+        .patch_status(
+            "data",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Bound"}})),
+        )
+        .await
+        .expect("the claim's status");
+    for (name, node) in [("trainer", HOST_NODE), ("far", "host-2")] {
+        create(json!({"apiVersion": "v1", "kind": "Pod",
+                      "metadata": {"name": name, "namespace": "ns-a"},
+                      "spec": {"nodeName": node, "automountServiceAccountToken": false,
+                               "containers": [{"name": "c", "image": "busybox"}],
+                               "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}}))
+        .await;
+    }
+    let uid = |name: &'static str| {
+        let admin = admin.clone();
+        async move {
+            Api::<Pod>::namespaced(admin, "ns-a")
+                .get(name)
+                .await
+                .unwrap()
+                .metadata
+                .uid
+                .unwrap()
+        }
+    };
+    // The agent's identity: the administrator impersonating the agent's user.
+    let mut config = kube::config::Kubeconfig::read_from(&server.kubeconfig).unwrap();
+    for user in &mut config.auth_infos {
+        if let Some(auth) = user.auth_info.as_mut() {
+            auth.impersonate = Some(dpu_bed::AGENT_USER.to_string());
+        }
+    }
+    let agent = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(config, &Default::default())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        dpufs_csi::dpu::pairing::host_of(&agent, DPU_NODE)
+            .await
+            .unwrap(),
+        HOST_NODE
+    );
+    let trainer = PodRef {
+        namespace: "ns-a".into(),
+        name: "trainer".into(),
+        uid: uid("trainer").await,
+    };
+    pods::check(&agent, &trainer, HOST_NODE, volume_id)
+        .await
+        .expect("the pod, its node and its claim check out");
+    let refusal = |r: Result<(), PodCheckError>| match r {
+        Err(PodCheckError::Refused(r)) => r,
+        other => panic!("not refused: {other:?}"),
+    };
+    let lying = PodRef {
+        uid: uid("far").await,
+        ..trainer.clone()
+    };
+    assert!(matches!(
+        refusal(pods::check(&agent, &lying, HOST_NODE, volume_id).await),
+        PodRefusal::OtherUid { .. }
+    ));
+    let far = PodRef {
+        name: "far".into(),
+        ..lying
+    };
+    assert!(matches!(
+        refusal(pods::check(&agent, &far, HOST_NODE, volume_id).await),
+        PodRefusal::OtherNode { .. }
+    ));
+    let other_volume = volume_id.replace("0b8a9c55", "1b8a9c55");
+    assert!(matches!(
+        refusal(pods::check(&agent, &trainer, HOST_NODE, &other_volume).await),
+        PodRefusal::NoClaimOfVolume { .. }
+    ));
+    let missing = PodRef {
+        name: "nobody".into(),
+        ..trainer.clone()
+    };
+    assert!(matches!(
+        refusal(pods::check(&agent, &missing, HOST_NODE, volume_id).await),
+        PodRefusal::NoSuchPod(_)
+    ));
+}
