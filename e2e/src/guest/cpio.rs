@@ -192,8 +192,8 @@ mod tests {
             .stdout(Stdio::piped())
             .spawn()
         else {
-            // The checks above still ran; the format check needs the binary.
-            eprintln!("!!!!! SKIPPED the GNU cpio read-back: no cpio binary");
+            // The checks above ran; the format check needs the binary (CI installs it).
+            crate::guest::assets::skip("gnu_cpio_lists_and_extracts_the_archive", "no cpio");
             return;
         };
         cpio.stdin.take().unwrap().write_all(&archive).unwrap();
