@@ -11,7 +11,8 @@ For every values file in charts/dpufs/ci/ it lints the chart, renders it for Kub
   --bin-dir, default target/debug), and the sidecars' flags against a table of their flags;
 - the RBAC: the rules of each ServiceAccount are printed, and the driver's and the operator's
   roles must grant exactly the calls in tools/chart/api-calls.yaml;
-- what docs/csi.md and docs/keeper.md ask of the objects (the CSIDriver, the node plugin's pod).
+- what docs/csi.md, docs/keeper.md and docs/dpu.md ask of the objects (the CSIDriver, the node
+  DaemonSets: the host-mode node plugin, DPU mode's agent and shim; tools/chart/node_pods.py).
 
 It also checks that charts/dpufs/crds/ equals manifests/crds/, that the values schema refuses
 bad values with a message naming them, and that the chart refuses values that do not fit
@@ -35,6 +36,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
+
+import node_pods
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "dpufs"
@@ -296,7 +299,8 @@ class Option:
 class Help:
     commands: set[str]
     options: dict[str, Option]
-    required: list[str]
+    # Each entry: flags of which one must be given (one flag, or clap's `<--a <A>|--b <B>>` group).
+    required: list[set[str]]
 
 
 OPTION_LINE = re.compile(r"^\s{1,8}(?:-[A-Za-z], )?--([a-z0-9][a-z0-9-]*)(?:[ =](<[^>]+>|\[<[^>]+>\]))?")
@@ -342,8 +346,17 @@ def parse_help(text: str) -> Help:
             opt.possible.append(item.group(1))
     usage = next((line for line in lines if line.startswith("Usage:")), "")
     unbracketed = re.sub(r"\[[^\]]*\]", "", usage)
-    required = re.findall(r"--([a-z0-9][a-z0-9-]*)", unbracketed)
+    required: list[set[str]] = []
+    for group in USAGE_ONE_OF.findall(unbracketed):
+        required.append(set(re.findall(r"--([a-z0-9][a-z0-9-]*)", group)))
+    alone = USAGE_ONE_OF.sub("", unbracketed)
+    required += [{flag} for flag in re.findall(r"--([a-z0-9][a-z0-9-]*)", alone)]
     return Help(commands, options, required)
+
+
+# clap's usage of a required group: <--a <A>|--b <B>|--c> (one of them at least).
+_USAGE_FLAG = r"--[a-z0-9][a-z0-9-]*(?: <[^<>|]+>)?"
+USAGE_ONE_OF = re.compile(rf"<({_USAGE_FLAG}(?:\|{_USAGE_FLAG})+)>")
 
 
 class Binaries:
@@ -423,13 +436,13 @@ def check_dpufs_container(report: Report, binaries: Binaries, where: str, contai
             report.fail(f"{where}: short flag {t}: the chart uses long flags only")
             bad += 1
         i += 1
-    for req in h.required:
-        if req in seen:
+    for one_of in h.required:
+        if one_of & seen:
             continue
-        opt = h.options.get(req)
-        if opt and opt.env and opt.env in env_names:
+        opts = [h.options.get(req) for req in one_of]
+        if any(opt and opt.env and opt.env in env_names for opt in opts):
             continue
-        report.fail(f"{where}: `{' '.join(path)}` requires --{req}")
+        report.fail(f"{where}: `{' '.join(path)}` requires {' or '.join('--' + r for r in sorted(one_of))}")
         bad += 1
     if not bad:
         report.ok(f"{where}: `{' '.join(path)}` with {len(seen)} flags")
@@ -505,7 +518,7 @@ def expand(rule: dict) -> Iterator[tuple[str, str, str]]:
                 yield g, r, v
 
 
-def check_rbac(report: Report, objs: list[dict], calls: dict) -> None:
+def check_rbac(report: Report, objs: list[dict], calls: dict, values: dict) -> None:
     by_kind: dict[str, list[dict]] = {}
     for o in objs:
         by_kind.setdefault(o["kind"], []).append(o)
@@ -543,7 +556,7 @@ def check_rbac(report: Report, objs: list[dict], calls: dict) -> None:
         for line in grants[sa]:
             print(f"      {line}")
 
-    tls_secret = any((o.get("spec") or {}).get("tls") for o in by_kind.get("DaosSystem", []))
+    conditions = rbac_conditions(objs, values)
     for component, spec in calls["components"].items():
         granted: dict[tuple[str, str, str], set[str]] = {}
         for (kind, _), role in roles.items():
@@ -553,8 +566,9 @@ def check_rbac(report: Report, objs: list[dict], calls: dict) -> None:
                 for t in expand(rule):
                     granted.setdefault(t, set()).add("cluster" if kind == "ClusterRole" else "namespace")
         expected: dict[tuple[str, str, str], str | None] = {}
-        for call in spec["calls"]:
-            if call.get("when") == "tls-secret" and not tls_secret:
+        runs = conditions[spec["when"]] if "when" in spec else True
+        for call in spec["calls"] if runs else []:
+            if "when" in call and not conditions[call["when"]]:
                 continue
             for v in call["verbs"]:
                 expected[(call["group"], call["resource"], v)] = call.get("scope")
@@ -572,8 +586,30 @@ def check_rbac(report: Report, objs: list[dict], calls: dict) -> None:
                             f"api-calls.yaml says {scope}")
         if not extra and not missing:
             report.ok(f"RBAC {component}")
-            print(f"  ok    RBAC {component}: exactly the {len(expected)} calls of api-calls.yaml"
-                  f"{'' if tls_secret else ' (no TLS Secret: none read)'}")
+            if not runs:
+                print(f"  ok    RBAC {component}: not run with these values ({spec['when']} is false), nothing granted")
+            else:
+                print(f"  ok    RBAC {component}: exactly the {len(expected)} calls of api-calls.yaml"
+                      f"{'' if conditions['tls-secret'] else ' (no TLS Secret: none read)'}")
+
+
+def whole_chart(values: dict) -> bool:
+    """Whether the values render the whole chart, not only the DPU agent as DPF's DPUService."""
+    node = values["node"]
+    return not (node["mode"] == "dpu" and node["dpu"]["dpf"]["dpuServiceOnly"])
+
+
+def rbac_conditions(objs: list[dict], values: dict) -> dict[str, bool]:
+    """The conditions `when` names in tools/chart/api-calls.yaml, for these values."""
+    node = values["node"]
+    dpu = node["mode"] == "dpu"
+    whole = whole_chart(values)
+    return {
+        "tls-secret": any((o.get("spec") or {}).get("tls") for o in objs if o["kind"] == "DaosSystem"),
+        "whole-chart": whole,
+        "dpu-mode": dpu and whole,
+        "dpu-discovery": dpu and whole and not node["dpu"]["shim"]["agentAddress"],
+    }
 
 
 # --- what the docs ask of the objects ------------------------------------------------------------
@@ -602,32 +638,7 @@ def check_invariants(report: Report, objs: list[dict], values: dict) -> None:
         expect(set(p) <= known, f"{name_of(sc)}: only parameters docs/csi.md lists ({sorted(set(p) - known)} unknown)")
         expect(not (p.get("provisioning") == "pool" and "pool" in p), f"{name_of(sc)}: provisioning: pool names no pool")
         expect(sc.get("allowVolumeExpansion") is True, f"{name_of(sc)}: allowVolumeExpansion")
-    for ds in (o for o in objs if o["kind"] == "DaemonSet"):
-        spec = next(pod_specs(ds))
-        node = next((c for c in spec.get("containers") or [] if "node" in [str(a) for a in c.get("args") or []][:1]), None)
-        if node is None:
-            continue
-        args = {a.split("=", 1)[0]: a.split("=", 1)[1] if "=" in a else "" for a in map(str, node.get("args") or [])}
-        vols = {v["name"]: v for v in spec.get("volumes") or []}
-        mounts = {m["mountPath"]: m for m in node.get("volumeMounts") or []}
-        host = lambda path: next((v for v in vols.values() if (v.get("hostPath") or {}).get("path") == path), None)  # noqa: E731
-        keeper = args.get("--keeper-start", "auto")
-        expect(keeper not in ("auto", "detach") or spec.get("hostPID") is True,
-               f"{name_of(ds)}: hostPID with --keeper-start {keeper} (docs/keeper.md)")
-        expect((node.get("securityContext") or {}).get("privileged") is True, f"{name_of(ds)}: the node plugin is privileged")
-        expect(spec.get("priorityClassName") == "system-node-critical", f"{name_of(ds)}: priorityClassName system-node-critical")
-        root = args.get("--mount-root", "/var/lib/kubelet")
-        expect((mounts.get(root) or {}).get("mountPropagation") == "Bidirectional",
-               f"{name_of(ds)}: kubelet's directory {root} mounted with Bidirectional propagation")
-        fuse = host("/dev/fuse")
-        expect(bool(fuse) and fuse["hostPath"].get("type") == "CharDevice" and "/dev/fuse" in mounts,
-               f"{name_of(ds)}: /dev/fuse as a CharDevice hostPath")
-        state = args.get("--state-dir", "/var/lib/dpufs")
-        expect(bool(host(state)) and state in mounts, f"{name_of(ds)}: the state directory {state} is a hostPath")
-        expect(bool(host("/sys/fs/cgroup")) and "/sys/fs/cgroup" in mounts, f"{name_of(ds)}: /sys/fs/cgroup from the host")
-        env = {e["name"]: e for e in node.get("env") or []}
-        expect(((env.get("NODE_ID") or {}).get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName",
-               f"{name_of(ds)}: NODE_ID from spec.nodeName")
+    node_pods.check(expect, objs, values)
     for _, c in (x for o in objs for x in containers_of(o)):
         if str(c.get("image", "")).rsplit(":", 1)[0].endswith("/csi-provisioner"):
             expect("--extra-create-metadata" in [str(a) for a in c.get("args") or []],
@@ -655,7 +666,15 @@ def check_crds(report: Report) -> None:
 def check_refusals(report: Report, helm, chart, base: dict) -> None:
     section("values the chart must refuse, with a message naming them")
     schema_cases = [
-        ("node.mode=dpu", {"node": {"mode": "dpu"}}, "/node/mode"),
+        ("an unknown node.mode", {"node": {"mode": "bluefield"}}, "/node/mode"),
+        ("an agent port out of range", {"node": {"dpu": {"agent": {"port": 70000}}}}, "/node/dpu/agent/port"),
+        ("an agent attach the chart does not offer", {"node": {"dpu": {"agent": {"attach": "qmp:/run/qmp.sock"}}}},
+         "/node/dpu/agent/attach"),
+        ("an agent address without a port", {"node": {"dpu": {"shim": {"agentAddress": "dpu-1"}}}},
+         "/node/dpu/shim/agentAddress"),
+        ("a server name that is no DNS name", {"node": {"dpu": {"tls": {"serverName": "DPU agent"}}}},
+         "/node/dpu/tls/serverName"),
+        ("an unknown key under node.dpu", {"node": {"dpu": {"agentPort": 9640}}}, "'agentPort'"),
         ("controller.replicas=-1", {"controller": {"replicas": -1}}, "/controller/replicas"),
         ("operator.replicas=-1", {"operator": {"replicas": -1}}, "/operator/replicas"),
         ("an unknown top-level key", {"storage": {"size": "1Ti"}}, "'storage'"),
@@ -672,6 +691,26 @@ def check_refusals(report: Report, helm, chart, base: dict) -> None:
         ("an external system without endpoints", {"engine": {"enabled": False}}, "daos.endpoints"),
         ("an external TLS system without a Secret",
          {"engine": {"enabled": False}, "daos": {"insecure": False, "endpoints": ["10.0.0.1"]}}, "daos.tls.secretName"),
+    ]
+    dpu = {"node": {"mode": "dpu"}}
+    dpu_service = merge(dpu, {"node": {"dpu": {"dpf": {"enabled": True, "dpuServiceOnly": True},
+                                               "tls": {"existingSecret": "dpufs-dpu-certs"},
+                                               "agent": {"kubeconfigSecret": {"name": "host-cluster"}}}},
+                              "agentKey": {"existingSecret": "dpufs-agent-key"}})
+    template_cases += [
+        ("the DPF plugin in host mode", {"node": {"dpu": {"dpf": {"enabled": True}}}}, "node.mode=dpu"),
+        ("DPF's DPUService alone in host mode", {"node": {"dpu": {"dpf": {"dpuServiceOnly": True}}}}, "node.mode=dpu"),
+        ("DPU mode without the control channel's certificates",
+         merge(dpu, {"node": {"dpu": {"tls": {"generate": False}}}}), "node.dpu.tls.existingSecret"),
+        ("DPF's DPUService without the DPF plugin",
+         merge(dpu_service, {"node": {"dpu": {"dpf": {"enabled": False}}}}), "node.dpu.dpf.enabled=true"),
+        ("DPF's DPUService without the channel's Secret (no hook there)",
+         merge(dpu_service, {"node": {"dpu": {"tls": {"existingSecret": ""}}}}), "node.dpu.tls.existingSecret"),
+        ("DPF's DPUService without the agent key Secret (no hook there)",
+         merge(dpu_service, {"agentKey": {"existingSecret": ""}}), "agentKey.existingSecret"),
+        ("DPF's DPUService without the host cluster's kubeconfig",
+         merge(dpu_service, {"node": {"dpu": {"agent": {"kubeconfigSecret": {"name": ""}}}}}),
+         "node.dpu.agent.kubeconfigSecret.name"),
     ]
     for what, vals, needle in template_cases:
         expect_refused(report, what, needle, helm.HelmError, "rendered",
@@ -735,7 +774,7 @@ def check_values_file(report: Report, helm, chart, kv, kv_utils, path: Path, bin
         objs = [o for _, o in objects_of(rendered)]
         objs_by_version[kube] = objs
         kinds_without = {o["kind"] for _, o in objects_of(without)}
-        want_vsc = bool(merged["volumeSnapshotClass"]["enabled"])
+        want_vsc = bool(merged["volumeSnapshotClass"]["enabled"]) and whole_chart(merged)
         has_vsc = any(o["kind"] == "VolumeSnapshotClass" for o in objs)
         if has_vsc == want_vsc and "VolumeSnapshotClass" not in kinds_without:
             report.ok("snapshot class guard")
@@ -789,12 +828,12 @@ def check_values_file(report: Report, helm, chart, kv, kv_utils, path: Path, bin
             else:
                 check_sidecar(report, where, c, image)
     print("  --- RBAC (rules per ServiceAccount)")
-    check_rbac(report, objs, calls)
-    print("  --- what docs/csi.md and docs/keeper.md ask of the objects")
+    check_rbac(report, objs, calls, merged)
+    print("  --- what docs/csi.md, docs/keeper.md and docs/dpu.md ask of the objects")
     before = len(report.failures)
     check_invariants(report, objs, merged)
     if len(report.failures) == before:
-        print("  ok    CSIDriver, StorageClasses, node plugin pod, provisioner metadata")
+        print("  ok    CSIDriver, StorageClasses, node DaemonSets, provisioner metadata")
 
 
 def main() -> int:

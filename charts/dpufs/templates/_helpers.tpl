@@ -87,6 +87,33 @@ its own); empty when the management channel is plaintext. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* "true" in DPU mode (node.mode=dpu, docs/dpu.md), else empty. */}}
+{{- define "dpufs.dpuMode" -}}
+{{- if eq .Values.node.mode "dpu" -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" unless the chart renders only the DPU agent, as DPF's DPUService in the DPU cluster
+(node.dpu.dpf.dpuServiceOnly): then nothing of the host cluster is rendered. */}}
+{{- define "dpufs.wholeChart" -}}
+{{- if not (and (include "dpufs.dpuMode" .) .Values.node.dpu.dpf.dpuServiceOnly) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The ServiceAccount of what stages volumes and reads the directory: the host-mode node plugin,
+or in DPU mode the agents on the DPUs (the hosts' shims read neither). */}}
+{{- define "dpufs.stagingAccount" -}}
+{{- include "dpufs.serviceAccount" (dict "ctx" . "component" (ternary "dpu-agent" "node" (eq .Values.node.mode "dpu"))) -}}
+{{- end -}}
+
+{{/* The DPU control channel's certificate Secret (ca.crt, agent.crt, agent.key, host.crt,
+host.key): the administrator's, or the one the install hook makes (node.dpu.tls.generate). */}}
+{{- define "dpufs.dpuTlsSecret" -}}
+{{- if .Values.node.dpu.tls.existingSecret -}}
+{{- .Values.node.dpu.tls.existingSecret -}}
+{{- else if .Values.node.dpu.tls.generate -}}
+{{- printf "%s-dpu-certs" (include "dpufs.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The Secret with daosCA.crt, admin.crt, admin.key the DaosSystem names; empty when insecure. */}}
 {{- define "dpufs.adminSecret" -}}
 {{- if not .Values.daos.insecure -}}
@@ -112,6 +139,7 @@ its own); empty when the management channel is plaintext. */}}
 Checks across values, each failing with what to do. Rendered by templates/validate.yaml.
 */}}
 {{- define "dpufs.validate" -}}
+{{- if include "dpufs.wholeChart" . -}}
 {{- $certs := "dpufs certs generate ./daos-certs && kubectl -n <namespace> create secret generic dpufs-daos-certs --from-file=./daos-certs/daosCA.crt --from-file=./daos-certs/admin.crt --from-file=./daos-certs/admin.key --from-file=./daos-certs/server.crt --from-file=./daos-certs/server.key" -}}
 {{- if .Values.engine.enabled -}}
 {{- if .Values.daos.endpoints -}}
@@ -133,5 +161,39 @@ Checks across values, each failing with what to do. Rendered by templates/valida
 {{- end -}}
 {{- if and .Values.tests.enabled (not .Values.tests.storageClassName) (not .Values.storageClasses.pool.enabled) -}}
 {{- fail "tests.enabled needs a StorageClass: enable storageClasses.pool or name one in tests.storageClassName (or set tests.enabled=false)." -}}
+{{- end -}}
+{{- end -}}
+{{- include "dpufs.validateDpu" . -}}
+{{- end -}}
+
+{{/* The checks of DPU mode's values (node.mode, node.dpu). */}}
+{{- define "dpufs.validateDpu" -}}
+{{- $d := .Values.node.dpu -}}
+{{- $certs := printf "dpufs certs dpu ./dpu-certs --agent-host %s && kubectl -n <namespace> create secret generic dpufs-dpu-certs --from-file=./dpu-certs/ca.crt --from-file=./dpu-certs/agent.crt --from-file=./dpu-certs/agent.key --from-file=./dpu-certs/host.crt --from-file=./dpu-certs/host.key" $d.tls.serverName -}}
+{{- if not (include "dpufs.dpuMode" .) -}}
+{{- if $d.dpf.enabled -}}
+{{- fail "node.dpu.dpf.enabled is for DPU mode: the DPF storage plugin is served by the dpufs agent on the DPU. Set node.mode=dpu, or leave node.dpu.dpf.enabled=false." -}}
+{{- end -}}
+{{- if $d.dpf.dpuServiceOnly -}}
+{{- fail "node.dpu.dpf.dpuServiceOnly renders the DPU agent alone (DPF's DPUService): it needs node.mode=dpu and node.dpu.dpf.enabled=true." -}}
+{{- end -}}
+{{- else -}}
+{{- if not (include "dpufs.dpuTlsSecret" .) -}}
+{{- fail (printf "node.mode=dpu needs the control channel's certificates: leave node.dpu.tls.generate=true (the install hook makes them), or set node.dpu.tls.existingSecret to a Secret with ca.crt, agent.crt, agent.key, host.crt and host.key (%s)." $certs) -}}
+{{- end -}}
+{{- if $d.dpf.dpuServiceOnly -}}
+{{- if not $d.dpf.enabled -}}
+{{- fail "node.dpu.dpf.dpuServiceOnly renders the agent as DPF's DPUService, which SNAP's node driver calls on the storage-plugin socket: set node.dpu.dpf.enabled=true." -}}
+{{- end -}}
+{{- if not $d.tls.existingSecret -}}
+{{- fail (printf "node.dpu.dpf.dpuServiceOnly runs no install hook in the DPU cluster: set node.dpu.tls.existingSecret to the control channel's Secret (a copy of the host cluster's, or %s)." $certs) -}}
+{{- end -}}
+{{- if and .Values.agentKey.generate (not .Values.agentKey.existingSecret) -}}
+{{- fail "node.dpu.dpf.dpuServiceOnly runs no install hook in the DPU cluster: set agentKey.existingSecret to a copy of the host cluster's agent key Secret (agent.key, agent.pub; the engine trusts that key), or agentKey.generate=false for a key each DPU makes itself." -}}
+{{- end -}}
+{{- if not $d.agent.kubeconfigSecret.name -}}
+{{- fail "node.dpu.dpf.dpuServiceOnly: the agent checks pods and claims and reads the dpufs resources of the host cluster, not of the DPU cluster it runs in: set node.dpu.agent.kubeconfigSecret.name to a Secret holding a kubeconfig of the host cluster (whose identity the host cluster's install binds to the agent's roles)." -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}

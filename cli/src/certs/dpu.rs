@@ -48,13 +48,13 @@ pub struct DpuArgs {
 /// One subject alternative name.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-enum AltName {
+pub(super) enum AltName {
     Dns(String),
     Ip(IpAddr),
 }
 
 impl AltName {
-    fn parse(raw: &str) -> anyhow::Result<AltName> {
+    pub(super) fn parse(raw: &str) -> anyhow::Result<AltName> {
         if let Ok(ip) = raw.parse::<IpAddr>() {
             return Ok(AltName::Ip(ip));
         }
@@ -107,13 +107,13 @@ fn builder(cn: &str, key: &PKey<Private>, issuer: Option<&X509>) -> SslResult<X5
 }
 
 /// The CA, the agent's pair for `names` and the hosts' pair.
-struct Set {
+pub(super) struct Set {
     ca: (X509, PKey<Private>),
     agent: (X509, PKey<Private>),
     host: (X509, PKey<Private>),
 }
 
-fn issue(names: &[AltName]) -> SslResult<Set> {
+pub(super) fn issue(names: &[AltName]) -> SslResult<Set> {
     let ca_key = new_key()?;
     let mut b = builder(CA_CN, &ca_key, None)?;
     b.append_extension(BasicConstraints::new().critical().ca().pathlen(0).build()?)?;
@@ -157,7 +157,7 @@ fn issue(names: &[AltName]) -> SslResult<Set> {
 }
 
 /// Writes the set: certificates 0644, keys 0600.
-fn write(dir: &Path, set: &Set) -> anyhow::Result<()> {
+pub(super) fn write(dir: &Path, set: &Set) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
     let pairs = [
         (CA_CERT, CA_KEY, &set.ca),

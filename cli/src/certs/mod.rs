@@ -23,8 +23,10 @@ pub enum CertsCmd {
     },
     /// Makes the Secrets a DAOS system and its clients need, in the cluster of the kubeconfig
     /// (or of the pod it runs in): a certificate set (daosCA.crt, server.crt, server.key,
-    /// admin.crt, admin.key) and the node agent's signing key (agent.key, agent.pub). A Secret
-    /// that exists is left as it is, so running it again (an upgrade) rotates nothing.
+    /// admin.crt, admin.key), the node agent's signing key (agent.key, agent.pub) and, for DPU
+    /// mode, the control channel's certificates (ca.crt, agent.crt, agent.key, host.crt,
+    /// host.key). A Secret that exists is left as it is, so running it again (an upgrade)
+    /// rotates nothing.
     Secrets(secrets::SecretsArgs),
     /// Writes the certificates of the control channel between hosts and the dpufs agents on
     /// their DPUs into DIR: a CA (ca.crt, ca.key), the agents' server pair (agent.crt,
