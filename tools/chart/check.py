@@ -699,6 +699,8 @@ def check_refusals(report: Report, helm, chart, base: dict) -> None:
                               "agentKey": {"existingSecret": "dpufs-agent-key"}})
     template_cases += [
         ("the DPF plugin in host mode", {"node": {"dpu": {"dpf": {"enabled": True}}}}, "node.mode=dpu"),
+        ("DPF's serviceDaemonSet outside a DPUService", merge(dpu, {"serviceDaemonSet": {"labels": {"a": "b"}}}),
+         "node.dpu.dpf.dpuServiceOnly=true"),
         ("DPF's DPUService alone in host mode", {"node": {"dpu": {"dpf": {"dpuServiceOnly": True}}}}, "node.mode=dpu"),
         ("DPU mode without the control channel's certificates",
          merge(dpu, {"node": {"dpu": {"tls": {"generate": False}}}}), "node.dpu.tls.existingSecret"),

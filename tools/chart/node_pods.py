@@ -96,12 +96,34 @@ def check(expect: Expect, objs: list[dict], values: dict) -> None:
         workloads = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objs
                            if o["kind"] in ("DaemonSet", "Deployment", "StatefulSet", "Job", "Pod"))
         expect(len(workloads) == 1, f"DPF's DPUService is a chart with exactly one DaemonSet (rendered: {workloads})")
+        follows_service_daemonset(expect, [p for p in pods if p.role == "agent"], values["serviceDaemonSet"])
     for p in pods:
         common(expect, p)
         {"node": host_mode_node, "agent": agent, "shim": shim}[p.role](expect, p, values)
     if dpu and not dpu_service:
         shim_reads_nothing(expect, objs, values)
         hook_makes_the_channel(expect, objs, pods, values)
+
+
+def follows_service_daemonset(expect: Expect, agents: list[NodePod], sds: dict) -> None:
+    """DPF's spec.serviceDaemonSet values reach the DaemonSet: where it runs, its update strategy,
+    labels, annotations and resources."""
+    for p in agents:
+        pod_meta = p.ds["spec"]["template"]["metadata"]
+        required = (((p.spec.get("affinity") or {}).get("nodeAffinity") or {})
+                    .get("requiredDuringSchedulingIgnoredDuringExecution"))
+        res = p.main.get("resources") or {}
+        checks = {
+            "nodeSelector": lambda v: required == v,
+            "updateStrategy": lambda v: p.ds["spec"].get("updateStrategy") == v,
+            "labels": lambda v: v.items() <= (pod_meta.get("labels") or {}).items()
+            and v.items() <= (p.ds["metadata"].get("labels") or {}).items(),
+            "annotations": lambda v: v.items() <= (pod_meta.get("annotations") or {}).items(),
+            "resources": lambda v: v.items() <= (res.get("requests") or {}).items()
+            and v.items() <= (res.get("limits") or {}).items(),
+        }
+        for key, value in sds.items():
+            expect(checks[key](value), f"{p.name}: DPF's serviceDaemonSet.{key} is applied")
 
 
 def common(expect: Expect, p: NodePod) -> None:

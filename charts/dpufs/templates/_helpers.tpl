@@ -170,6 +170,9 @@ Checks across values, each failing with what to do. Rendered by templates/valida
 {{- define "dpufs.validateDpu" -}}
 {{- $d := .Values.node.dpu -}}
 {{- $certs := printf "dpufs certs dpu ./dpu-certs --agent-host %s && kubectl -n <namespace> create secret generic dpufs-dpu-certs --from-file=./dpu-certs/ca.crt --from-file=./dpu-certs/agent.crt --from-file=./dpu-certs/agent.key --from-file=./dpu-certs/host.crt --from-file=./dpu-certs/host.key" $d.tls.serverName -}}
+{{- if and .Values.serviceDaemonSet (not (and (include "dpufs.dpuMode" .) $d.dpf.dpuServiceOnly)) -}}
+{{- fail "serviceDaemonSet is the value NVIDIA DPF sets from a DPUService's spec.serviceDaemonSet: it applies only to the agent as a DPUService (node.mode=dpu with node.dpu.dpf.dpuServiceOnly=true). Remove it, or use node.dpu.agent's nodeSelector, affinity and resources." -}}
+{{- end -}}
 {{- if not (include "dpufs.dpuMode" .) -}}
 {{- if $d.dpf.enabled -}}
 {{- fail "node.dpu.dpf.enabled is for DPU mode: the DPF storage plugin is served by the dpufs agent on the DPU. Set node.mode=dpu, or leave node.dpu.dpf.enabled=false." -}}

@@ -6,7 +6,9 @@ once here and included by the DaemonSets that need it.
 
 {{/*
 The head of a node DaemonSet, down to the pod spec's common fields; the caller continues at the
-pod spec's indentation (6). Call with (dict "ctx" . "component" "node").
+pod spec's indentation (6). Call with (dict "ctx" . "component" "node"), and "dpf" with DPF's
+serviceDaemonSet values for the agent as a DPUService (their labels, annotations and update
+strategy are added here).
 
 Every node DaemonSet uses the host's network: the keeper and its workers keep the network they
 started in, which must outlive the pod, and reach the engine's fabric on the node's loopback; the
@@ -15,6 +17,7 @@ At SIGTERM each stops serving and exits; staged volumes stay mounted and served.
 */}}
 {{- define "dpufs.nodeDaemonSet" -}}
 {{- $ctx := .ctx -}}
+{{- $dpf := .dpf | default dict -}}
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
@@ -22,20 +25,37 @@ metadata:
   namespace: {{ $ctx.Release.Namespace }}
   labels:
     {{- include "dpufs.labels" (dict "ctx" $ctx "component" .component) | nindent 4 }}
+    {{- with $dpf.labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with $dpf.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 spec:
   selector:
     matchLabels:
       {{- include "dpufs.selectorLabels" (dict "ctx" $ctx "component" .component) | nindent 6 }}
   updateStrategy:
+    {{- with $dpf.updateStrategy }}
+    {{- toYaml . | nindent 4 }}
+    {{- else }}
     type: RollingUpdate
     rollingUpdate:
       maxUnavailable: 1
+    {{- end }}
   template:
     metadata:
       labels:
         {{- include "dpufs.selectorLabels" (dict "ctx" $ctx "component" .component) | nindent 8 }}
+        {{- with $dpf.labels }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
       annotations:
         dpufs.io/node-mode: {{ $ctx.Values.node.mode }}
+        {{- with $dpf.annotations }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
     spec:
       serviceAccountName: {{ include "dpufs.serviceAccount" (dict "ctx" $ctx "component" .component) }}
       {{- with $ctx.Values.imagePullSecrets }}
