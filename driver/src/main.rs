@@ -2,8 +2,11 @@
 //! the launcher that adopts or starts them.
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use dpufs_csi::csi::directory::DirectoryArgs;
+use dpufs_csi::csi::node::prepare::Stager;
+use dpufs_csi::dpu::attach::AttachSpec;
+use dpufs_csi::dpu::tls::TlsArgs;
 use dpufs_csi::ipc::keeper as client;
 use dpufs_csi::keeper::{Keeper, placement};
 use dpufs_csi::launcher::{
@@ -45,6 +48,11 @@ enum Cmd {
     /// renews the workers' capabilities as the node agent; stops on SIGINT or SIGTERM,
     /// leaving every staged volume mounted and served.
     Node(Box<NodeArgs>),
+    /// The dpufs agent on a DPU: stages volumes for the host the DPU is paired with (keeper,
+    /// workers, fabric sessions, capabilities) and shows each to the host as a virtio-fs
+    /// device, after checking the host's pod against the API server; serves the control
+    /// channel (gRPC, mutual TLS) until SIGINT or SIGTERM, leaving every volume served.
+    DpuAgent(Box<DpuAgentArgs>),
 }
 
 #[derive(Args, Debug)]
@@ -52,12 +60,39 @@ struct NodeArgs {
     /// The CSI endpoint, unix:///path/to/csi.sock.
     #[arg(long, env = "CSI_ENDPOINT")]
     endpoint: String,
-    /// Where the plugin finds DAOS systems (with their data endpoint), pools and tenants.
-    #[command(flatten)]
-    directory: DirectoryArgs,
     /// This node's id (the Kubernetes node name).
     #[arg(long, env = "NODE_ID")]
     node_id: String,
+    /// `host`: this node stages its volumes itself (keeper, workers, fabric). `dpu-host`: the
+    /// dpufs agent on this host's DPU stages them and shows them as virtio-fs devices; this
+    /// plugin forwards to it and mounts the devices, and needs none of the staging flags.
+    #[arg(long, value_enum, default_value = "host")]
+    mode: NodeMode,
+    /// Staging and target paths must be under this directory (kubelet's); the plugin
+    /// refuses to mount or unmount anywhere else.
+    #[arg(long, default_value = "/var/lib/kubelet")]
+    mount_root: PathBuf,
+    /// What stages volumes on this node (host mode).
+    #[command(flatten)]
+    staging: StagingArgs,
+    /// Where the DPU's agent is (dpu-host mode).
+    #[command(flatten)]
+    dpu: DpuHostArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum NodeMode {
+    Host,
+    DpuHost,
+}
+
+/// What stages volumes, the same for the node plugin in host mode and the DPU agent: the
+/// directory, the keeper and its state, the node agent key and the workers' fabric.
+#[derive(Args, Debug)]
+struct StagingArgs {
+    /// Where the plugin finds DAOS systems (with their data endpoint), pools and tenants.
+    #[command(flatten)]
+    directory: DirectoryArgs,
     /// The node's state directory: the mount keeper's socket and workers, and the plugin's
     /// stage records (`csi/`). It must outlive the plugin's container.
     #[arg(long, default_value = "/var/lib/dpufs")]
@@ -79,13 +114,208 @@ struct NodeArgs {
     /// `max_volumes_per_node`: volumes (workers) this node stages at most.
     #[arg(long, default_value_t = 64)]
     max_volumes: i64,
-    /// Staging and target paths must be under this directory (kubelet's); the plugin
-    /// refuses to mount or unmount anywhere else.
-    #[arg(long, default_value = "/var/lib/kubelet")]
-    mount_root: PathBuf,
     /// The workers' fabric.
     #[command(flatten)]
     fabric: FabricArgs,
+}
+
+/// The node plugin's flags in dpu-host mode.
+#[derive(Args, Debug)]
+struct DpuHostArgs {
+    /// The DPU agent's address, HOST:PORT. Default: the InternalIP of the Node labelled
+    /// provisioning.dpu.nvidia.com/host=<--node-id> (through the API server), port
+    /// --dpu-agent-port.
+    #[arg(long)]
+    dpu_agent: Option<String>,
+    /// The agent's port when its address comes from the API server.
+    #[arg(long, default_value_t = 9640)]
+    dpu_agent_port: u16,
+    /// The name the agent's certificate must carry (a subject alternative name). Default: the
+    /// host part of the agent's address.
+    #[arg(long)]
+    tls_server_name: Option<String>,
+    /// The control channel's certificates: ca.crt, host.crt, host.key of `dpufs certs dpu`.
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
+/// What a node that stages volumes runs besides its services: the directory, the keeper (adopted
+/// or started), the node agent renewing capabilities, QoS refreshes.
+struct Staging {
+    stager: Stager,
+    /// Renewals and QoS refreshes; aborted when dropped.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl StagingArgs {
+    /// Opens the directory, loads the agent key, adopts or starts the keeper, and starts the
+    /// renewals and refreshes on the current runtime.
+    async fn start(&self) -> Result<Staging> {
+        use dpufs_csi::csi::node::agent::NodeAgent;
+        let directory = self.directory.open().await?;
+        let key = self
+            .agent_key
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("agent.key"));
+        let agent = NodeAgent::load(&key, Duration::from_secs(self.capability_ttl_secs))
+            .map_err(anyhow::Error::msg)?;
+        let binary = std::env::current_exe().context("this binary's path")?;
+        let (state_dir, how) = (self.state_dir.clone(), self.keeper_start);
+        let found =
+            tokio::task::spawn_blocking(move || ensure_keeper(&state_dir, &binary, how)).await??;
+        tracing::info!(?found, state_dir = %self.state_dir.display(), "mount keeper");
+        let stager = Stager::new(
+            self.state_dir.clone(),
+            directory.clone(),
+            agent.clone(),
+            self.max_volumes,
+            self.fabric.to_args(),
+        );
+        let records = stager.records_dir();
+        let tasks = vec![
+            tokio::spawn(agent.renew_forever(records.clone())),
+            tokio::spawn(dpufs_csi::csi::qos::refresh_forever(
+                directory,
+                records,
+                Duration::from_secs(self.qos_refresh_secs),
+            )),
+        ];
+        Ok(Staging { stager, tasks })
+    }
+}
+
+fn node(a: NodeArgs) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match a.mode {
+            NodeMode::Host => node_host(a).await,
+            NodeMode::DpuHost => node_dpu_host(a).await,
+        }
+    })
+}
+
+async fn node_host(a: NodeArgs) -> Result<()> {
+    let staging = a.staging.start().await?;
+    let directory = staging.stager.directory().clone();
+    let config = dpufs_csi::csi::NodeConfig {
+        node_id: a.node_id.clone(),
+        state_dir: a.staging.state_dir.clone(),
+        max_volumes: a.staging.max_volumes,
+        mount_root: a.mount_root.clone(),
+        worker_args: a.staging.fabric.to_args(),
+        agent: staging.stager.agent().clone(),
+    };
+    let service = dpufs_csi::csi::NodeService::new(config, directory.clone());
+    dpufs_csi::csi::server::serve_node_until(
+        &a.endpoint,
+        service,
+        move || directory.ready(),
+        dpufs_csi::csi::server::stop_signal(),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn node_dpu_host(a: NodeArgs) -> Result<()> {
+    use dpufs_csi::dpu::shim::{AgentAddress, AgentLink, ShimConfig, ShimService};
+    let connector = dpufs_csi::dpu::tls::connector(&a.dpu.tls.files()?)?;
+    let address = match a.dpu.dpu_agent.clone() {
+        Some(addr) => AgentAddress::Given(addr),
+        None => AgentAddress::Paired {
+            kube: kube::Client::try_default()
+                .await
+                .context("the Kubernetes API (to find this host's DPU; or pass --dpu-agent)")?,
+            host: a.node_id.clone(),
+            port: a.dpu.dpu_agent_port,
+        },
+    };
+    let link = AgentLink::new(address, connector, a.dpu.tls_server_name.clone());
+    tracing::info!(
+        ?link,
+        "dpu-host mode: volumes are staged by the DPU's agent"
+    );
+    let config = ShimConfig {
+        node_id: a.node_id.clone(),
+        state_dir: a.staging.state_dir.clone(),
+        max_volumes: a.staging.max_volumes,
+        mount_root: a.mount_root.clone(),
+    };
+    dpufs_csi::csi::server::serve_node_until(
+        &a.endpoint,
+        ShimService::new(config, link),
+        || true,
+        dpufs_csi::csi::server::stop_signal(),
+    )
+    .await?;
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+struct DpuAgentArgs {
+    /// The control channel's address.
+    #[arg(long, default_value = "0.0.0.0:9640")]
+    listen: std::net::SocketAddr,
+    /// The control channel's certificates: ca.crt, agent.crt, agent.key of `dpufs certs dpu`.
+    #[command(flatten)]
+    tls: TlsArgs,
+    /// The DPU's Kubernetes node name.
+    #[arg(long, env = "NODE_ID")]
+    node_id: String,
+    /// The host node this DPU serves. Default: the DPU Node's label
+    /// provisioning.dpu.nvidia.com/host (DPF's pairing).
+    #[arg(long)]
+    host_node: Option<String>,
+    /// How devices reach the host: none, qmp:/path/to/qmp.sock (QEMU's monitor: hot-plug), or
+    /// snap (DOCA SNAP virtio-fs; needs the cargo feature snap and a BlueField).
+    #[arg(long, default_value = "none")]
+    attach: AttachSpec,
+    /// What stages volumes: as the node plugin's.
+    #[command(flatten)]
+    staging: StagingArgs,
+}
+
+fn dpu_agent(a: DpuAgentArgs) -> Result<()> {
+    use dpufs_csi::dpu::agent::{Agent, service};
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let acceptor = dpufs_csi::dpu::tls::acceptor(&a.tls.files()?)?;
+        let attach = a.attach.open()?;
+        let kube = kube::Client::try_default()
+            .await
+            .context("the Kubernetes API (the agent checks every pod it stages for)")?;
+        let staging = a.staging.start().await?;
+        let agent = std::sync::Arc::new(Agent::new(
+            staging.stager.clone(),
+            kube,
+            attach.into(),
+            a.node_id.clone(),
+            a.host_node.clone(),
+        ));
+        let listener = tokio::net::TcpListener::bind(a.listen)
+            .await
+            .with_context(|| format!("listening on {}", a.listen))?;
+        service::serve(
+            agent,
+            listener,
+            acceptor,
+            dpufs_csi::csi::server::stop_signal(),
+        )
+        .await?;
+        drop(staging);
+        Ok(())
+    })
 }
 
 /// How a worker reaches the engine's data service (a worker's own flags; the node plugin
@@ -128,54 +358,6 @@ impl FabricArgs {
         }
         args
     }
-}
-
-fn node(a: NodeArgs) -> Result<()> {
-    use dpufs_csi::csi::node::agent::NodeAgent;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let directory = runtime.block_on(a.directory.open())?;
-    let ready = directory.clone();
-    let key = a
-        .agent_key
-        .clone()
-        .unwrap_or_else(|| a.state_dir.join("agent.key"));
-    let agent = NodeAgent::load(&key, Duration::from_secs(a.capability_ttl_secs))
-        .map_err(anyhow::Error::msg)?;
-    let binary = std::env::current_exe().context("this binary's path")?;
-    let found = ensure_keeper(&a.state_dir, &binary, a.keeper_start)?;
-    tracing::info!(?found, state_dir = %a.state_dir.display(), "mount keeper");
-    let worker_args = a.fabric.to_args();
-    let config = dpufs_csi::csi::NodeConfig {
-        node_id: a.node_id.clone(),
-        state_dir: a.state_dir.clone(),
-        max_volumes: a.max_volumes,
-        mount_root: a.mount_root.clone(),
-        worker_args,
-        agent: agent.clone(),
-    };
-    let service = dpufs_csi::csi::NodeService::new(config, directory.clone());
-    let records = service.records_dir();
-    runtime.block_on(async move {
-        let renewals = tokio::spawn(agent.renew_forever(records.clone()));
-        let qos = tokio::spawn(dpufs_csi::csi::qos::refresh_forever(
-            directory,
-            records,
-            Duration::from_secs(a.qos_refresh_secs),
-        ));
-        let served = dpufs_csi::csi::server::serve_node_until(
-            &a.endpoint,
-            service,
-            move || ready.ready(),
-            dpufs_csi::csi::server::stop_signal(),
-        )
-        .await;
-        renewals.abort();
-        qos.abort();
-        served
-    })?;
-    Ok(())
 }
 
 #[derive(Args, Debug)]
@@ -486,13 +668,18 @@ fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
+    // The node plugin in dpu-host mode reads no directory: --directory is required for the
+    // other commands and for host mode (checked when it opens the directory).
+    let command =
+        Cli::command().mut_subcommand("node", |c| c.mut_arg("directory", |a| a.required(false)));
+    let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
     let r = match cli.cmd {
         Cmd::Worker(a) => worker(*a),
         Cmd::Keeper(a) => keeper(a),
         Cmd::Launcher(a) => launcher(a),
         Cmd::Controller(a) => controller(a),
         Cmd::Node(a) => node(*a),
+        Cmd::DpuAgent(a) => dpu_agent(*a),
     };
     if let Err(e) = r {
         eprintln!("dpufs-csi: {e:#}");
