@@ -279,12 +279,18 @@ struct DpuAgentArgs {
     /// snap (DOCA SNAP virtio-fs; needs the cargo feature snap and a BlueField).
     #[arg(long, default_value = "none")]
     attach: AttachSpec,
+    /// Also serve NVIDIA DPF's storage plugin (`dfs.dpufs.io`) for SNAP's node driver on this
+    /// unix socket; without a value, where SNAP looks for it:
+    /// /var/lib/nvidia/storage/snap/plugins/dfs.dpufs.io/dpu.sock.
+    #[arg(long, num_args = 0..=1, default_missing_value = dpufs_csi::dpf::DEFAULT_SOCKET)]
+    dpf_socket: Option<PathBuf>,
     /// What stages volumes: as the node plugin's.
     #[command(flatten)]
     staging: StagingArgs,
 }
 
 fn dpu_agent(a: DpuAgentArgs) -> Result<()> {
+    use dpufs_csi::dpf::AgentDevices;
     use dpufs_csi::dpu::agent::{Agent, service};
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -306,13 +312,29 @@ fn dpu_agent(a: DpuAgentArgs) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(a.listen)
             .await
             .with_context(|| format!("listening on {}", a.listen))?;
-        service::serve(
-            agent,
-            listener,
-            acceptor,
-            dpufs_csi::csi::server::stop_signal(),
-        )
-        .await?;
+        let control = async {
+            service::serve(
+                agent.clone(),
+                listener,
+                acceptor,
+                dpufs_csi::csi::server::stop_signal(),
+            )
+            .await?;
+            anyhow::Ok(())
+        };
+        // Beside the control channel, over the same agent; a socket it cannot serve on stops
+        // the agent at start rather than leave SNAP without its plugin.
+        let plugin = async {
+            if let Some(socket) = &a.dpf_socket {
+                let devices = AgentDevices::new(agent.clone(), &a.staging.state_dir);
+                let stop = dpufs_csi::csi::server::stop_signal();
+                dpufs_csi::dpf::serve_until(socket, std::sync::Arc::new(devices), stop)
+                    .await
+                    .with_context(|| format!("the DPF storage plugin on {}", socket.display()))?;
+            }
+            anyhow::Ok(())
+        };
+        tokio::try_join!(control, plugin)?;
         drop(staging);
         Ok(())
     })
