@@ -12,7 +12,7 @@
 //! Die, with one event function).
 
 use dpufs_node_api::handover::SessionRecord;
-use dpufs_node_api::transport::Attachment;
+use dpufs_node_api::transport::{Attachment, Transport};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -317,6 +317,16 @@ impl<W: WorkerHandle> Machine<W> {
             }
             (s @ (Starting { .. } | Serving { .. } | Upgrading { .. }), Event::Serve { .. }) => {
                 let e = format!("volume {v} already has a worker ({})", s.name());
+                (s, Err(Refused::No(e)))
+            }
+            (s @ Serving { .. }, Event::Upgrade { .. })
+                if self.attachment.transport() == Transport::VhostUserFs =>
+            {
+                // docs/worker.md, "Failover": the frontend does not set up a replaced backend.
+                let e = format!(
+                    "volume {v} is exported over vhost-user-fs: its frontend would not set up \
+                     the next worker, and the guest's requests would stay unanswered"
+                );
                 (s, Err(Refused::No(e)))
             }
             (Serving { worker }, Event::Upgrade { binary }) => {

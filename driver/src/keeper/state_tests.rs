@@ -388,8 +388,25 @@ fn export_is_idempotent_for_the_same_socket_only() {
         );
     }
     // An export's worker is started, replaced and drained like a mount's.
-    let start = m.on(serve(), t).unwrap();
-    assert!(matches!(&start[..], [Action::Start(s)] if s.generation == 1));
+    let serves = |g| Event::Started {
+        generation: g,
+        worker: worker(g),
+        session: None,
+    };
+    assert_eq!(started(&m.on(serve(), t).unwrap()), 1);
+    m.on(serves(1), t).unwrap();
+    let dead = m.on(Event::Exited { generation: 1 }, t).unwrap();
+    assert!(matches!(&dead[..], [Action::Reap(_), Action::Start(s)] if s.generation == 2));
+    m.on(serves(2), t).unwrap();
+    // But never upgraded: the frontend would not set the next worker up.
+    let e = m.on(Event::Upgrade { binary: None }, t).unwrap_err();
+    assert!(
+        matches!(&e, Refused::No(e) if e.contains("vhost-user-fs")),
+        "{e:?}"
+    );
+    assert_eq!(m.state().name(), "serving");
+    let unmount = m.on(Event::Unmount, t).unwrap();
+    assert!(matches!(&unmount[..], [Action::Drain(_), Action::Unmount]));
 }
 
 #[test]
