@@ -174,14 +174,8 @@ async fn a_host_cannot_stage_for_a_pod_the_api_server_does_not_show() {
         dpu.records()
     );
     assert!(dpu.keeper_list().is_empty(), "nothing exported");
-    // The agent asked the API server nothing it is not granted.
-    for (resource, verb) in dpu.agent_calls() {
-        assert_eq!(verb, "get", "{resource}");
-        assert!(
-            dpu_bed::AGENT_RBAC.contains(&resource.as_str()),
-            "{resource}"
-        );
-    }
+    // The agent asked the API server nothing the chart does not grant it.
+    dpu.assert_calls_granted();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -445,10 +439,14 @@ async fn pod_checks_on_a_real_api_server() {
                 .unwrap_or_else(|e| panic!("creating a {kind}: {e}"))
         }
     };
-    let rules: Vec<serde_json::Value> = dpu_bed::AGENT_RBAC
-        .iter()
-        .map(|r| json!({"apiGroups": [""], "resources": [r], "verbs": ["get"]}))
-        .collect();
+    // Exactly what the chart grants the agent (tools/chart/api-calls.yaml).
+    let rules: Vec<serde_json::Value> =
+        dpufs_kube::testing::rbac::granted(dpu_bed::AGENT_COMPONENT)
+            .into_iter()
+            .map(|(group, resource, verb)| {
+                json!({"apiGroups": [group], "resources": [resource], "verbs": [verb]})
+            })
+            .collect();
     create(
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                   "metadata": {"name": "dpufs-dpu-agent"}, "rules": rules}),

@@ -236,7 +236,7 @@ async fn the_shim_forwards_to_the_agent_and_keeps_its_codes() {
     }
     assert!(dpu.keeper_list().is_empty(), "{:?}", dpu.keeper_list());
     assert!(shim.files().is_empty(), "{:?}", shim.files());
-    // The shim's only API call: finding its DPU.
+    // The shim's only API call: finding its DPU; both asked only what the chart grants.
     let calls: Vec<_> = dpu
         .fake
         .api_calls(SHIM_USER)
@@ -244,6 +244,7 @@ async fn the_shim_forwards_to_the_agent_and_keeps_its_codes() {
         .map(|c| (c.group, c.resource, c.verb))
         .collect();
     assert_eq!(calls, [(String::new(), "nodes".into(), "list".into())]);
+    dpu.assert_calls_granted();
     // And the agent, asked directly, agrees nothing is staged.
     let listed = dpu
         .client()

@@ -24,13 +24,9 @@ pub const HOST_NODE: &str = "host-1";
 pub const AGENT_USER: &str = "dpufs-dpu-agent";
 pub const SHIM_USER: &str = "dpufs-host-shim";
 
-/// The API calls the agent may make (docs/dpu.md, "RBAC"): `get` of these, in the core group.
-pub const AGENT_RBAC: [&str; 4] = [
-    "pods",
-    "persistentvolumeclaims",
-    "persistentvolumes",
-    "nodes",
-];
+/// The chart's RBAC components (tools/chart/api-calls.yaml) of the agent and of the shim.
+pub const AGENT_COMPONENT: &str = "dpu-agent";
+pub const SHIM_COMPONENT: &str = "dpu-shim";
 
 /// `dpufs certs dpu DIR --agent-host 127.0.0.1`: the real command.
 pub fn certs(dir: &Path) {
@@ -172,6 +168,8 @@ impl DpuBed {
             .arg(self.bed.path("agent.key"))
             .arg("--fabric-dir")
             .arg(&self.bed.vol.fabric_dir)
+            .arg("--dpf-socket")
+            .arg(self.dpf_socket())
             .env("KUBECONFIG", &self.kubeconfig)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -192,6 +190,11 @@ impl DpuBed {
             serve_as(&self.fake, SHIM_USER, &self.bed.path("shim.kubeconfig")).await;
         self.serving.push(serving);
         path
+    }
+
+    /// The unix socket the agent serves DPF's storage plugin on (`--dpf-socket`).
+    pub fn dpf_socket(&self) -> PathBuf {
+        self.bed.path("dpf/dpu.sock")
     }
 
     /// The agent's address.
@@ -309,16 +312,12 @@ impl DpuBed {
         self.bed.log("agent")
     }
 
-    /// The API calls the agent made, as (resource, verb), all in the core group.
-    pub fn agent_calls(&self) -> Vec<(String, String)> {
-        self.fake
-            .api_calls(AGENT_USER)
-            .into_iter()
-            .map(|c| {
-                assert_eq!(c.group, "", "the agent calls only the core group: {c:?}");
-                (c.resource, c.verb)
-            })
-            .collect()
+    /// Fails unless the agent and the shim asked the API server only what the chart grants
+    /// them (tools/chart/api-calls.yaml).
+    pub fn assert_calls_granted(&self) {
+        use dpufs_kube::testing::rbac::assert_granted;
+        assert_granted(&self.fake.api_calls(AGENT_USER), AGENT_COMPONENT);
+        assert_granted(&self.fake.api_calls(SHIM_USER), SHIM_COMPONENT);
     }
 }
 
