@@ -13,12 +13,16 @@ mod common;
 use common::{tempdir, wait_until, worker_bin};
 use dpufs_csi::ipc::{control, keeper as client};
 use dpufs_csi::keeper::Keeper;
+use dpufs_e2e::guest::{Guest, GuestAssets};
 use dpufs_node_api::control::{Frontend, Health};
 use dpufs_node_api::keeper::{Attached, List, RecoveryAction, Reply, Request, VolumeStatus};
 use dpufs_node_api::transport::{Attachment, Transport};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// A `dpufs-csi keeper` child on a state directory; killed on drop.
 struct KeeperProc {
@@ -62,14 +66,16 @@ impl KeeperProc {
             .unwrap_or_else(|| panic!("no volume {name} in {list:?}"))
     }
 
+    /// The state directory of the worker serving `name` now.
+    fn worker_dir(&self, name: &str) -> PathBuf {
+        let generation = self.volume(name).generation;
+        let dir = self.state.join("volumes").join(name);
+        dir.join(format!("worker-{generation}"))
+    }
+
     /// The health of the worker serving `name` now.
     fn worker_health(&self, name: &str) -> Health {
-        let v = self.volume(name);
-        let dir = self.state.join("volumes").join(name);
-        let socket = dir
-            .join(format!("worker-{}", v.generation))
-            .join("control.sock");
-        control::health(&socket).expect("the worker's health")
+        control::health(&self.worker_dir(name).join("control.sock")).expect("the worker's health")
     }
 
     fn kill9(&mut self) {
@@ -431,4 +437,188 @@ fn a_restarted_keeper_leaves_a_served_export_alone_and_unlinks_a_dead_one() {
     third.ask(&export("vol", &socket)).unwrap();
     third.ask(&serve("vol", &data)).unwrap();
     let _frontend = connect_frontend(&socket, || third.worker_health("vol"), 1);
+}
+
+/// The guest's write loop: 64 KiB of random data per file, its checksum printed once written,
+/// until a write fails. The device is hot-plugged after boot, so the script mounts it itself.
+const WRITE_LOOP: &str = "mkdir -p /mnt/vol
+until mount -t virtiofs vol /mnt/vol 2>/dev/null; do sleep 0.1; done
+echo RESULT mounted=1
+i=0
+while true; do
+  i=$((i+1))
+  dd if=/dev/urandom of=/mnt/vol/f$i bs=4k count=16 2>/dev/null || { echo RESULT failed=$i; exit 1; }
+  echo RESULT wrote.$i=$(sha256sum /mnt/vol/f$i | cut -c1-64)
+done
+";
+
+/// How long the guest is watched after the replacement worker serves: under TCG the loop
+/// writes some 20 files a second.
+const WATCH: Duration = Duration::from_secs(5);
+
+/// A few QMP commands on QEMU's monitor socket (after its greeting and `qmp_capabilities`);
+/// each must answer `{"return": …}`.
+fn qmp(socket: &Path, commands: &[Value]) {
+    // QEMU creates the socket a moment after it starts.
+    let mut conn = None;
+    wait_until("QEMU's QMP socket", || {
+        conn = UnixStream::connect(socket).ok();
+        conn.is_some()
+    });
+    let conn = conn.expect("connected");
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut lines = BufReader::new(conn.try_clone().unwrap()).lines();
+    let mut next = || -> Value {
+        let line = lines.next().expect("QMP closed").expect("QMP read");
+        serde_json::from_str(&line).expect("QMP sends JSON")
+    };
+    assert!(next().get("QMP").is_some(), "QMP's greeting");
+    let mut writer = &conn;
+    for command in std::iter::once(&json!({"execute": "qmp_capabilities"})).chain(commands) {
+        writeln!(writer, "{command}").unwrap();
+        let answer = loop {
+            let v = next();
+            if v.get("event").is_none() {
+                break v;
+            }
+        };
+        assert!(
+            answer.get("return").is_some(),
+            "{command} answered {answer}"
+        );
+    }
+}
+
+/// The checksums the guest printed (`RESULT wrote.N=sha`), by file number.
+fn written(output: &str) -> Vec<(u32, String)> {
+    output
+        .lines()
+        .filter_map(|l| l.strip_prefix("RESULT wrote."))
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(n, sha)| (n.parse().expect("a file number"), sha.to_string()))
+        .collect()
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    openssl::sha::sha256(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// What the guest sees when the worker behind its virtio-fs device is killed with SIGKILL
+/// during a write loop, the keeper replacing it (docs/worker.md, "Failover"), with QEMU 7.2
+/// and a guest kernel 6.1: the device is hot-plugged through QMP with a chardev that does
+/// not reconnect, then with one that reconnects every second (`reconnect` on the command
+/// line fails: QEMU sets the device up before such a socket is connected).
+///
+/// Either way the guest's requests stop being answered: the write in flight and every one
+/// after it wait, without an error. The replacement worker listens on the same socket; with
+/// `reconnect: 0` QEMU never connects to it, with `reconnect: 1` it does within a second but
+/// sends nothing (vhost-user-fs in QEMU sets a backend up only when the device starts), so
+/// the replacement answers no request. What the guest wrote before the kill is all there.
+#[test]
+fn a_killed_worker_leaves_the_guests_requests_unanswered_with_or_without_reconnect() {
+    let test = "a_killed_worker_leaves_the_guests_requests_unanswered_with_or_without_reconnect";
+    let Some(assets) = GuestAssets::get(test) else {
+        return;
+    };
+    for reconnect in [0, 1] {
+        kill_under_a_guest(&assets, reconnect);
+    }
+}
+
+fn kill_under_a_guest(assets: &GuestAssets, reconnect: u64) {
+    let dir = tempdir("dpufs-vhost-guest-");
+    let (data, socket) = (dir.path().join("data"), dir.path().join("vol.sock"));
+    std::fs::create_dir(&data).unwrap();
+    let k = KeeperProc::start(&dir.path().join("keeper"));
+    k.ask(&export("vol", &socket)).unwrap();
+    k.ask(&serve("vol", &data)).unwrap();
+    let mut guest = Guest::builder(assets)
+        .pcie_hotplug_slots(1)
+        .script(WRITE_LOOP)
+        .boot()
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    qmp(
+        guest.qmp_socket(),
+        &[
+            json!({"execute": "chardev-add", "arguments": {"id": "vfs", "backend": {
+                "type": "socket", "data": {
+                    "addr": {"type": "unix", "data": {"path": socket}},
+                    "server": false, "reconnect": reconnect}}}}),
+            json!({"execute": "device_add", "arguments": {
+                "driver": "vhost-user-fs-pci", "id": "vfsdev", "chardev": "vfs", "tag": "vol",
+                "bus": guest.hotplug_port(0), "queue-size": 1024}}),
+        ],
+    );
+    guest
+        .wait_for_result("wrote.5", Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("reconnect {reconnect}: {e:#}"));
+
+    let first = k.volume("vol").pid.expect("a worker serves");
+    let before = written(&guest.output()).len();
+    kill9(first);
+    wait_until("the keeper to replace the worker", || {
+        k.volume("vol").restarts == 1
+    });
+    let replaced = Instant::now();
+    let next = k.volume("vol").pid.expect("the replacement serves");
+    if reconnect > 0 {
+        wait_until("QEMU to connect to the replacement", || {
+            k.worker_health("vol").frontend.is_some_and(|f| f.connected)
+        });
+        eprintln!(
+            "reconnect {reconnect}: QEMU connected to the replacement {:.1} s after it served",
+            replaced.elapsed().as_secs_f64()
+        );
+    }
+    std::thread::sleep(WATCH);
+
+    let output = guest.output();
+    let after = written(&output);
+    let report = || {
+        format!(
+            "--- guest output\n{output}\n--- console\n{}",
+            guest.console()
+        )
+    };
+    // The write in flight at the kill may have been answered before it; none after it.
+    assert!(
+        after.len() <= before + 1,
+        "reconnect {reconnect}: the guest went on writing ({before} files before the kill, {} \
+         after)\n{}",
+        after.len(),
+        report()
+    );
+    assert!(
+        !output.contains("RESULT failed="),
+        "reconnect {reconnect}: a write failed instead of waiting\n{}",
+        report()
+    );
+    let health = k.worker_health("vol");
+    assert_eq!(health.info.pid, next);
+    let expected = Frontend {
+        connected: reconnect > 0,
+        connections: u64::from(reconnect > 0),
+    };
+    assert_eq!(health.frontend, Some(expected), "reconnect {reconnect}");
+    let stats =
+        control::stats(&k.worker_dir("vol").join("control.sock")).expect("the replacement's stats");
+    assert!(
+        stats.ops.values().all(|op| op.count == 0),
+        "reconnect {reconnect}: the replacement was sent requests: {:?}",
+        stats.ops
+    );
+    for (n, sha) in &after {
+        let on_disk = std::fs::read(data.join(format!("f{n}"))).expect("a file the guest wrote");
+        assert_eq!(&sha256(&on_disk), sha, "reconnect {reconnect}: f{n}");
+    }
+    eprintln!(
+        "reconnect {reconnect}: {before} files written when the worker was killed, {} after \
+         {WATCH:?} more; the replacement (pid {next}) answered no request",
+        after.len()
+    );
+    drop(guest);
 }
