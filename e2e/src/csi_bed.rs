@@ -44,6 +44,8 @@ pub struct BedOptions {
     pub log_to_files: bool,
     /// `RUST_LOG` of the processes.
     pub rust_log: String,
+    /// Where the engine runs on the network (`None`: loopback).
+    pub engine_network: Option<crate::EngineNetwork>,
 }
 
 impl BedOptions {
@@ -55,6 +57,7 @@ impl BedOptions {
             node: true,
             log_to_files: false,
             rust_log: "info".into(),
+            engine_network: None,
         }
     }
 }
@@ -102,7 +105,8 @@ impl Bed {
     }
 
     pub async fn start(opts: BedOptions) -> Bed {
-        let vol = tokio::task::spawn_blocking(|| EngineVolume::start(1, 2 << 30))
+        let network = opts.engine_network.clone();
+        let vol = tokio::task::spawn_blocking(|| EngineVolume::start_on(1, 2 << 30, network))
             .await
             .expect("engine volume");
         let dir = tempdir("dpufs-csi-node-");

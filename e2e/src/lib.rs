@@ -6,6 +6,7 @@ pub mod csi_sanity;
 pub mod guest;
 pub mod kube_api;
 pub mod manifests;
+pub mod netns;
 pub mod volume;
 
 use anyhow::{Context, bail};
@@ -93,6 +94,17 @@ pub struct EngineOpts {
     pub fabric_dir: Option<PathBuf>,
     /// Clock skew the data service tolerates on capability expiry (engine default: 30 s).
     pub capability_skew_secs: Option<u64>,
+    /// Where the engine runs on the network; `None`: this machine's loopback.
+    pub network: Option<EngineNetwork>,
+}
+
+/// An engine on a network of its own: started inside the network namespace whose file is
+/// `netns` ([`netns::Netns::path`]), its management, data-service and fabric device listeners
+/// all on `ip`, an address of that namespace.
+#[derive(Debug, Clone)]
+pub struct EngineNetwork {
+    pub netns: PathBuf,
+    pub ip: std::net::IpAddr,
 }
 
 impl Default for EngineOpts {
@@ -105,6 +117,7 @@ impl Default for EngineOpts {
             agent_keys: Vec::new(),
             fabric_dir: None,
             capability_skew_secs: None,
+            network: None,
         }
     }
 }
@@ -121,9 +134,16 @@ pub struct EngineProcess {
 }
 
 impl EngineProcess {
-    /// Starts an engine on a free loopback port with its data in `data_dir`.
+    /// Starts an engine on a free port of loopback (or of its [`EngineOpts::network`]) with
+    /// its data in `data_dir`.
     pub fn start(data_dir: &Path, opts: EngineOpts) -> anyhow::Result<EngineProcess> {
-        Self::start_on(data_dir, opts, "127.0.0.1:0", None)
+        match opts.network.clone() {
+            None => Self::start_on(data_dir, opts, "127.0.0.1:0", None),
+            Some(net) => {
+                let any_port = std::net::SocketAddr::new(net.ip, 0);
+                Self::start_on(data_dir, opts, &any_port.to_string(), Some(any_port))
+            }
+        }
     }
 
     fn start_on(
@@ -151,6 +171,9 @@ impl EngineProcess {
         }
         if let Some(dir) = &opts.fabric_dir {
             cmd.env("DPUFS_FABRIC_DIR", dir);
+        }
+        if let Some(net) = &opts.network {
+            netns::enter_on_exec(&net.netns, &mut cmd)?;
         }
         let mut child = cmd
             .arg("--data-dir")

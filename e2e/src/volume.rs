@@ -2,7 +2,7 @@
 //! software fabric for one node agent's key, a pool, a POSIX container in it, and the
 //! capabilities that agent signs for workers.
 
-use crate::{EngineOpts, EngineProcess};
+use crate::{EngineNetwork, EngineOpts, EngineProcess};
 use dpufs_daos::{ContainerAdmin, ContainerSpec, EngineContainers, PoolSize, PoolSpec};
 use dpufs_fabric::session::{AgentKey, Capability, Rights, SignedCapability};
 use std::path::{Path, PathBuf};
@@ -27,6 +27,11 @@ pub struct EngineVolume {
 impl EngineVolume {
     /// Starts an engine with `ranks` ranks and a pool of `pool_bytes` holding one container.
     pub fn start(ranks: u32, pool_bytes: u64) -> EngineVolume {
+        EngineVolume::start_on(ranks, pool_bytes, None)
+    }
+
+    /// The same, the engine on `network` (`None`: loopback).
+    pub fn start_on(ranks: u32, pool_bytes: u64, network: Option<EngineNetwork>) -> EngineVolume {
         let dir = tempfile::Builder::new()
             .prefix("dpufs-vol-")
             .tempdir_in("/tmp")
@@ -43,6 +48,7 @@ impl EngineVolume {
             fabric_dir: Some(fabric_dir.clone()),
             // Expiry tests use capabilities of a few seconds.
             capability_skew_secs: Some(0),
+            network,
             ..EngineOpts::default()
         };
         let engine = EngineProcess::start(&dir.path().join("engine"), opts).expect("engine");

@@ -55,6 +55,7 @@ pub struct GuestBuilder {
     nics: Vec<Nic>,
     files: Vec<GuestFile>,
     script: String,
+    netns: Option<PathBuf>,
 }
 
 impl Guest {
@@ -68,6 +69,7 @@ impl Guest {
             nics: Vec::new(),
             files: Vec::new(),
             script: String::new(),
+            netns: None,
         }
     }
 }
@@ -130,6 +132,14 @@ impl GuestBuilder {
         self
     }
 
+    /// Runs QEMU inside the network namespace whose file is `netns`
+    /// ([`crate::netns::Netns::path`]): the user-mode network's connections are then made
+    /// from there, and `hostfwd` ports listen there.
+    pub fn netns(mut self, netns: impl Into<PathBuf>) -> Self {
+        self.netns = Some(netns.into());
+        self
+    }
+
     /// Waits for the machine's guest lock, builds the initramfs and starts QEMU.
     pub fn boot(self) -> anyhow::Result<Guest> {
         for (tag, _) in &self.virtiofs {
@@ -179,6 +189,9 @@ impl GuestBuilder {
         };
         let mut cmd = std::process::Command::new(&self.assets.qemu);
         cmd.args(args.to_args());
+        if let Some(netns) = &self.netns {
+            crate::netns::enter_on_exec(netns, &mut cmd)?;
+        }
         let child = crate::kube_api::spawn(&mut cmd, &files.qemu_log)?;
         Ok(Guest {
             child,
