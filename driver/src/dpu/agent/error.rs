@@ -76,6 +76,8 @@ impl AgentError {
             A::Attach(AttachError::Unsupported(_)) => Code::FailedPrecondition,
             // The host has not let the device go yet: the caller retries.
             A::Attach(AttachError::NotReleased { .. }) => Code::Unavailable,
+            // The worker's socket does not take QEMU's connection (yet): the caller retries.
+            A::Attach(AttachError::NotConnected { .. }) => Code::Unavailable,
             A::Attach(AttachError::Qmp(_)) => Code::Internal,
         }
     }

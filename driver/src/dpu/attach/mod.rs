@@ -45,6 +45,11 @@ pub enum AttachError {
         "the host has not released device {tag} after {waited:?} (device_del sent; the host's kernel must let it go)"
     )]
     NotReleased { tag: String, waited: Duration },
+    #[error(
+        "QEMU did not connect to the worker's vhost-user socket {} in {waited:?}",
+        socket.display()
+    )]
+    NotConnected { socket: PathBuf, waited: Duration },
     #[error("{0}")]
     Unsupported(String),
 }

@@ -27,11 +27,15 @@ pub const PORT_PREFIX: &str = "dpufs-port-";
 /// How long a detach waits for the guest to release a device.
 const RELEASE_WITHIN: Duration = Duration::from_secs(30);
 
+/// How long an attach waits for QEMU to connect to the worker's socket.
+const CONNECT_WITHIN: Duration = Duration::from_secs(10);
+
 /// Hot-plugs through the QMP socket at `socket`.
 #[derive(Debug, Clone)]
 pub struct QmpAttach {
     socket: PathBuf,
     release_within: Duration,
+    connect_within: Duration,
 }
 
 impl QmpAttach {
@@ -39,6 +43,7 @@ impl QmpAttach {
         QmpAttach {
             socket,
             release_within: RELEASE_WITHIN,
+            connect_within: CONNECT_WITHIN,
         }
     }
 
@@ -63,6 +68,35 @@ fn device_present(q: &mut QmpClient, id: &str) -> Result<bool, AttachError> {
 fn chardev_present(q: &mut QmpClient, id: &str) -> Result<bool, AttachError> {
     let chardevs: Vec<Chardev> = q.execute(&Command::QueryChardev)?;
     Ok(chardevs.iter().any(|c| c.label == id))
+}
+
+/// Waits until the chardev `id` is connected to the worker's socket. A socket chardev with
+/// `reconnect` connects in the background: until it has, `query-chardev` names it
+/// `disconnected:…`, and a `device_add` on it fails ("vhost_backend_init failed: Protocol
+/// error"; seen with QEMU 7.2 when the add came right after `chardev-add`).
+fn wait_connected(
+    q: &mut QmpClient,
+    id: &str,
+    device: &DeviceSpec,
+    within: Duration,
+) -> Result<(), AttachError> {
+    let start = Instant::now();
+    loop {
+        let chardevs: Vec<Chardev> = q.execute(&Command::QueryChardev)?;
+        let connected = chardevs
+            .iter()
+            .any(|c| c.label == id && !c.filename.starts_with("disconnected:"));
+        if connected {
+            return Ok(());
+        }
+        if start.elapsed() >= within {
+            return Err(AttachError::NotConnected {
+                socket: device.socket.clone(),
+                waited: within,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The free port with the lowest number: a `dpufs-port-N` bridge with nothing behind it.
@@ -107,6 +141,7 @@ impl Attach for QmpAttach {
                 },
             })?;
         }
+        wait_connected(&mut q, &chardev, device, self.connect_within)?;
         let port = free_port(&mut q)?;
         q.execute::<serde_json::Value>(&Command::DeviceAdd(DeviceAdd {
             driver: "vhost-user-fs-pci",
