@@ -545,13 +545,21 @@ fn kill_under_a_guest(assets: &GuestAssets, reconnect: u64) {
         guest.qmp_socket(),
         &[
             json!({"execute": "chardev-add", "arguments": {"id": "vfs", "backend": {
-                "type": "socket", "data": {
-                    "addr": {"type": "unix", "data": {"path": socket}},
-                    "server": false, "reconnect": reconnect}}}}),
-            json!({"execute": "device_add", "arguments": {
-                "driver": "vhost-user-fs-pci", "id": "vfsdev", "chardev": "vfs", "tag": "vol",
-                "bus": guest.hotplug_port(0), "queue-size": 1024}}),
+            "type": "socket", "data": {
+                "addr": {"type": "unix", "data": {"path": socket}},
+                "server": false, "reconnect": reconnect}}}}),
         ],
+    );
+    // A chardev that reconnects connects in the background, and the device must not be
+    // added before it has (QEMU then fails to set the device up).
+    wait_until("QEMU's chardev to connect to the worker", || {
+        k.worker_health("vol").frontend.is_some_and(|f| f.connected)
+    });
+    qmp(
+        guest.qmp_socket(),
+        &[json!({"execute": "device_add", "arguments": {
+            "driver": "vhost-user-fs-pci", "id": "vfsdev", "chardev": "vfs", "tag": "vol",
+            "bus": guest.hotplug_port(0), "queue-size": 1024}})],
     );
     guest
         .wait_for_result("wrote.5", Duration::from_secs(120))
