@@ -42,8 +42,11 @@ async fn snap_creates_reads_lists_and_deletes_a_volumes_device_on_the_agent() {
         .expect("CreateDevice")
         .into_inner()
         .device_name;
+    // The volume's tag, within DOCA SNAP's 20 bytes (the name SNAP exposes).
+    let id = dpufs_csi::csi::volume_id::VolumeId::parse(&request.volume_id).unwrap();
+    assert_eq!(device, dpufs_csi::dpu::tag::tag_of(&id));
     assert!(
-        device.starts_with("dpufs-") && device.len() <= 36,
+        device.len() < dpufs_csi::dpu::tag::MAX_TAG_BYTES,
         "{device}"
     );
 

@@ -209,8 +209,11 @@ async fn every_call_is_idempotent_and_list_pages() {
             .unwrap();
         assert_eq!(first, again);
         assert_eq!(first.transport, pb::DeviceTransport::VhostUserFs as i32);
+        // The volume's tag, within DOCA SNAP's 20 bytes.
+        let volume = dpufs_csi::csi::volume_id::VolumeId::parse(id).unwrap();
+        assert_eq!(first.tag, dpufs_csi::dpu::tag::tag_of(&volume));
         assert!(
-            first.tag.starts_with("dpufs-") && first.tag.len() <= 36,
+            first.tag.len() < dpufs_csi::dpu::tag::MAX_TAG_BYTES,
             "{first:?}"
         );
         devices.push(first);

@@ -9,11 +9,13 @@
 //! - [`tls`]: the control channel's mutual TLS, both ends.
 //! - [`attach`]: how a device reaches the host (nothing to do, QEMU's monitor, DOCA SNAP).
 //! - [`pairing`]: which host a DPU serves, by DPF's pairing label.
+//! - [`tag`]: the virtio-fs tag of a volume's device, within DOCA SNAP's bound.
 
 pub mod agent;
 pub mod attach;
 pub mod pairing;
 pub mod shim;
+pub mod tag;
 pub mod tls;
 
 /// The revision of `dpufs.dpu.v1` this build speaks (ProbeResponse.api_version).

@@ -41,11 +41,17 @@ pub struct VolumeFiles {
     pub qos: PathBuf,
 }
 
+/// The 24 hex digits of the SHA-256 of `id` that name its files (and, on a DPU, its
+/// vhost-user socket and the start of its virtio-fs tag).
+pub fn key_of(id: &VolumeId) -> String {
+    let digest = openssl::sha::sha256(id.to_string().as_bytes());
+    digest[..12].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 impl VolumeFiles {
     /// The files of `id` under `dir` (`<state-dir>/csi`).
     pub fn of(dir: &Path, id: &VolumeId) -> VolumeFiles {
-        let digest = openssl::sha::sha256(id.to_string().as_bytes());
-        let key: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+        let key = key_of(id);
         VolumeFiles {
             keeper_volume: format!("csi-{key}"),
             record: dir.join(format!("{key}.json")),

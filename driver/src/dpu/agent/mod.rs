@@ -30,6 +30,7 @@ use crate::csi::node::record::StagedVolume;
 use crate::csi::volume_id::VolumeId;
 use crate::dpu::attach::{Attach, DeviceSpec};
 use crate::dpu::pairing;
+use crate::dpu::tag::tag_of;
 use crate::launcher::{Attachment, WantedVolume, ensure_volume};
 use dpufs_proto::dpu::v1::DeviceTransport;
 use std::path::PathBuf;
@@ -142,12 +143,12 @@ impl Agent {
     }
 
     /// The device of `id`: its socket under the state directory and its tag, both named by
-    /// the digest of the id. A virtio-fs tag holds at most 36 bytes: `dpufs-` and 16 hex digits.
+    /// the digest of the id (the tag within DOCA SNAP's bound, [`crate::dpu::tag`]).
     pub fn device_of(&self, id: &VolumeId, read_only: bool) -> Device {
         let key = self.stager.files(id).key;
         Device {
             transport: self.attach.transport(),
-            tag: format!("dpufs-{}", &key[..16]),
+            tag: tag_of(id),
             socket: self.sockets_dir().join(format!("{key}.sock")),
             read_only,
         }

@@ -30,6 +30,7 @@ use crate::csi::node::publish::{
 use crate::csi::node::stage::{stage_request, unstage_request};
 use crate::csi::node::{NodeService, mounts, node_path};
 use crate::csi::volume_id::VolumeId;
+use crate::dpu::tag::is_dpufs_tag;
 use dpufs_proto::csi::v1::{self as csi, node_server::Node};
 use dpufs_proto::dpu::v1 as pb;
 use record::ShimRecord;
@@ -288,7 +289,7 @@ impl ShimService {
             .try_lock(format!("target {}", target.display()))
             .map_err(PublishError::from)?;
         Ok(unmount_target(&req.volume_id, &target, |m| {
-            m.fstype == virtiofs::FSTYPE && m.source.starts_with("dpufs-")
+            m.fstype == virtiofs::FSTYPE && is_dpufs_tag(&m.source)
         })?)
     }
 
