@@ -567,6 +567,16 @@ fn kill_under_a_guest(assets: &GuestAssets, reconnect: u64) {
 
     let first = k.volume("vol").pid.expect("a worker serves");
     let before = written(&guest.output()).len();
+    // The guest's requests went through the worker's counters, as a FUSE mount's do.
+    let counted = control::stats(&k.worker_dir("vol").join("control.sock")).expect("stats");
+    assert!(
+        counted.bytes_written >= 5 * 65536 && counted.ops["write"].count >= 5,
+        "{counted:?}"
+    );
+    assert!(
+        k.worker_health("vol").initialized,
+        "the guest's INIT was answered"
+    );
     kill9(first);
     wait_until("the keeper to replace the worker", || {
         k.volume("vol").restarts == 1
