@@ -1,6 +1,8 @@
 //! Mounting a virtio-fs device at the staging path: `mount -t virtiofs TAG PATH`, retried for a
 //! short while, because a device hot-plugged a moment ago may not be probed by the host's
-//! kernel yet (the mount fails with ENOENT, "tag not found", until it is).
+//! kernel yet: until it is, the mount fails with EINVAL on Linux 6.1 (the kernel logs
+//! "virtio-fs: tag <…> not found"; seen in the DPU-mode guest test when a second device was
+//! mounted a few milliseconds after its PCI function appeared), ENOENT or ENODEV elsewhere.
 
 use std::ffi::CString;
 use std::io;
@@ -42,8 +44,10 @@ pub fn mount(tag: &str, path: &Path, read_only: bool) -> io::Result<()> {
     loop {
         match mount_once(tag, path, read_only) {
             Err(e)
-                if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENODEV))
-                    && start.elapsed() < APPEAR_WITHIN =>
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINVAL | libc::ENOENT | libc::ENODEV)
+                ) && start.elapsed() < APPEAR_WITHIN =>
             {
                 std::thread::sleep(Duration::from_millis(200));
             }
