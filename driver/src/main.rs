@@ -156,11 +156,12 @@ impl Drop for Staging {
 }
 
 impl StagingArgs {
-    /// Opens the directory, loads the agent key, adopts or starts the keeper, and starts the
-    /// renewals and refreshes on the current runtime.
-    async fn start(&self) -> Result<Staging> {
+    /// Opens the directory (a Kubernetes one in the cluster of `cluster` when given, else the
+    /// in-cluster configuration's or $KUBECONFIG's), loads the agent key, adopts or starts the
+    /// keeper, and starts the renewals and refreshes on the current runtime.
+    async fn start(&self, cluster: Option<kube::Client>) -> Result<Staging> {
         use dpufs_csi::csi::node::agent::NodeAgent;
-        let directory = self.directory.open().await?;
+        let directory = self.directory.open_in(cluster).await?;
         let key = self
             .agent_key
             .clone()
@@ -205,7 +206,7 @@ fn node(a: NodeArgs) -> Result<()> {
 }
 
 async fn node_host(a: NodeArgs) -> Result<()> {
-    let staging = a.staging.start().await?;
+    let staging = a.staging.start(None).await?;
     let directory = staging.stager.directory().clone();
     let config = dpufs_csi::csi::NodeConfig {
         node_id: a.node_id.clone(),
@@ -272,9 +273,16 @@ struct DpuAgentArgs {
     #[arg(long, env = "NODE_ID")]
     node_id: String,
     /// The host node this DPU serves. Default: the DPU Node's label
-    /// provisioning.dpu.nvidia.com/host (DPF's pairing).
+    /// provisioning.dpu.nvidia.com/host (DPF's pairing), read from the cluster the agent runs
+    /// in (in-cluster configuration or $KUBECONFIG).
     #[arg(long)]
     host_node: Option<String>,
+    /// A kubeconfig of the cluster where the host's pods, claims and PersistentVolumes live
+    /// (and, with --directory kubernetes, the dpufs resources), when it is not the cluster the
+    /// agent runs in: under DPF the DPU is a Node of its own cluster. Default: the cluster the
+    /// agent runs in.
+    #[arg(long)]
+    host_cluster_kubeconfig: Option<PathBuf>,
     /// How devices reach the host: none, qmp:/path/to/qmp.sock (QEMU's monitor: hot-plug), or
     /// snap (DOCA SNAP virtio-fs; needs the cargo feature snap and a BlueField).
     #[arg(long, default_value = "none")]
@@ -291,23 +299,37 @@ struct DpuAgentArgs {
 
 fn dpu_agent(a: DpuAgentArgs) -> Result<()> {
     use dpufs_csi::dpf::AgentDevices;
-    use dpufs_csi::dpu::agent::{Agent, service};
+    use dpufs_csi::dpu::agent::{Agent, Pairing, service};
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
         let acceptor = dpufs_csi::dpu::tls::acceptor(&a.tls.files()?)?;
         let attach = a.attach.open()?;
-        let kube = kube::Client::try_default()
-            .await
-            .context("the Kubernetes API (the agent checks every pod it stages for)")?;
-        let staging = a.staging.start().await?;
+        let own_cluster = || async {
+            kube::Client::try_default()
+                .await
+                .context("the Kubernetes API of the cluster the agent runs in")
+        };
+        let host_cluster = match &a.host_cluster_kubeconfig {
+            Some(path) => client_of(path)
+                .await
+                .with_context(|| format!("--host-cluster-kubeconfig {}", path.display()))?,
+            None => own_cluster().await?,
+        };
+        let pairing = match &a.host_node {
+            Some(host) => Pairing::Given(host.clone()),
+            None => Pairing::Label(own_cluster().await.context(
+                "reading this DPU's pairing label from its own Node (or pass --host-node)",
+            )?),
+        };
+        let staging = a.staging.start(Some(host_cluster.clone())).await?;
         let agent = std::sync::Arc::new(Agent::new(
             staging.stager.clone(),
-            kube,
+            host_cluster,
+            pairing,
             attach.into(),
             a.node_id.clone(),
-            a.host_node.clone(),
         ));
         let listener = tokio::net::TcpListener::bind(a.listen)
             .await
@@ -338,6 +360,13 @@ fn dpu_agent(a: DpuAgentArgs) -> Result<()> {
         drop(staging);
         Ok(())
     })
+}
+
+/// An API client of the cluster the kubeconfig at `path` names (its current context).
+async fn client_of(path: &std::path::Path) -> Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    Ok(kube::Client::try_from(config)?)
 }
 
 /// How a worker reaches the engine's data service (a worker's own flags; the node plugin

@@ -4,7 +4,9 @@
 
 mod dpu_bed;
 
-use dpu_bed::{DPU_NODE, DpuBed, HOST_NODE, client_with, files, stage_request};
+use dpu_bed::{
+    AGENT_USER, Clusters, DPU_NODE, DpuBed, HOST_NODE, client_with, files, stage_request,
+};
 use dpufs_proto::dpu::v1 as pb;
 use tonic::Code;
 
@@ -394,6 +396,64 @@ async fn a_restarted_agent_readopts_its_workers() {
     }
 }
 
+/// Under DPF the DPU is a Node of its own cluster, while the host's pods, claims and
+/// PersistentVolumes are in the host cluster (`--host-cluster-kubeconfig`): the agent reads its
+/// pairing from the cluster it runs in and checks the pod in the host's. Each fake API server
+/// holds only its own part, so a call to the wrong one fails the stage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pairing_comes_from_the_dpus_cluster_and_the_pod_from_the_hosts() {
+    let dpu = DpuBed::start_in(Clusters::Two).await;
+    let mut client = dpu.client();
+    let probe = client
+        .probe(pb::ProbeRequest {})
+        .await
+        .expect("probe")
+        .into_inner();
+    assert!(probe.ready, "{probe:?}\n{}", dpu.agent_log());
+    assert_eq!(probe.host_node, HOST_NODE, "the label in the DPU's cluster");
+    let id = dpu.bed.create("vol-a", "ns-a").await.volume_id;
+    let uid = dpu.pod_with_volume("ns-a", "trainer", HOST_NODE, &id).await;
+    let device = client
+        .stage_volume(stage_request(&id, HOST_NODE, ("ns-a", "trainer", &uid)))
+        .await
+        .unwrap_or_else(|e| panic!("stage: {e:?}\n{}", dpu.agent_log()))
+        .into_inner()
+        .device
+        .unwrap();
+    let volume = dpufs_csi::csi::volume_id::VolumeId::parse(&id).unwrap();
+    assert_eq!(device.tag, dpufs_csi::dpu::tag::tag_of(&volume));
+    // The pod in the host cluster, the DPU's Node in its own: nothing else asked of either.
+    let resources = |fake: &dpufs_kube::testing::FakeApiServer| {
+        fake.api_calls(AGENT_USER)
+            .into_iter()
+            .map(|c| format!("{} {}", c.verb, c.resource))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    assert_eq!(
+        resources(&dpu.fake),
+        [
+            "get persistentvolumeclaims",
+            "get persistentvolumes",
+            "get pods"
+        ]
+        .map(String::from)
+        .into(),
+    );
+    assert_eq!(
+        resources(dpu.node_cluster()),
+        ["get nodes".to_string()].into()
+    );
+    dpu.assert_calls_granted();
+    client
+        .unstage_volume(pb::UnstageVolumeRequest {
+            volume_id: id.clone(),
+            host_node: HOST_NODE.into(),
+        })
+        .await
+        .expect("unstage");
+    assert!(dpu.keeper_list().is_empty(), "{:?}", dpu.keeper_list());
+}
+
 /// The agent's pod check and pairing against a real kube-apiserver, as a user bound to exactly
 /// the agent's rules (docs/dpu.md, "RBAC"): what the API server really stores and serves for
 /// pods, claims, PersistentVolumes and Nodes is what the agent reads.
@@ -442,14 +502,15 @@ async fn pod_checks_on_a_real_api_server() {
                 .unwrap_or_else(|e| panic!("creating a {kind}: {e}"))
         }
     };
-    // Exactly what the chart grants the agent (tools/chart/api-calls.yaml).
-    let rules: Vec<serde_json::Value> =
-        dpufs_kube::testing::rbac::granted(dpu_bed::AGENT_COMPONENT)
-            .into_iter()
-            .map(|(group, resource, verb)| {
-                json!({"apiGroups": [group], "resources": [resource], "verbs": [verb]})
-            })
-            .collect();
+    // Exactly what the chart grants the agent in one cluster (tools/chart/api-calls.yaml): its
+    // calls in the host cluster and its own Node.
+    let rules: Vec<serde_json::Value> = [dpu_bed::AGENT_COMPONENT, dpu_bed::AGENT_NODE_COMPONENT]
+        .into_iter()
+        .flat_map(dpufs_kube::testing::rbac::granted)
+        .map(|(group, resource, verb)| {
+            json!({"apiGroups": [group], "resources": [resource], "verbs": [verb]})
+        })
+        .collect();
     create(
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                   "metadata": {"name": "dpufs-dpu-agent"}, "rules": rules}),

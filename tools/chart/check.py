@@ -608,6 +608,7 @@ def rbac_conditions(objs: list[dict], values: dict) -> dict[str, bool]:
         "tls-secret": any((o.get("spec") or {}).get("tls") for o in objs if o["kind"] == "DaosSystem"),
         "whole-chart": whole,
         "dpu-mode": dpu and whole,
+        "dpu-agent-runs": dpu,
         "dpu-discovery": dpu and whole and not node["dpu"]["shim"]["agentAddress"],
     }
 

@@ -97,6 +97,11 @@ def check(expect: Expect, objs: list[dict], values: dict) -> None:
                            if o["kind"] in ("DaemonSet", "Deployment", "StatefulSet", "Job", "Pod"))
         expect(len(workloads) == 1, f"DPF's DPUService is a chart with exactly one DaemonSet (rendered: {workloads})")
         follows_service_daemonset(expect, [p for p in pods if p.role == "agent"], values["serviceDaemonSet"])
+        for p in (p for p in pods if p.role == "agent"):
+            account = p.spec["serviceAccountName"]
+            got = bindings_of(objs, account)
+            expect(got == {"dpu-agent-node"}, f"ServiceAccount {account}: in the DPU cluster bound only to "
+                                              f"dpu-agent-node, its own Node (got {sorted(got)})")
     for p in pods:
         common(expect, p)
         {"node": host_mode_node, "agent": agent, "shim": shim}[p.role](expect, p, values)
@@ -194,10 +199,19 @@ def agent(expect: Expect, p: NodePod, values: dict) -> None:
     if dpf:
         expect(bool(p.host_path(DPF_SOCKET.rsplit("/", 1)[0])), f"{p.name}: the DPF plugin directory is a hostPath")
     kube = d["agent"]["kubeconfigSecret"]["name"]
+    host_cluster = a.get("--host-cluster-kubeconfig")
     if kube:
-        expect(a.get("--directory") == "kubernetes" and any(s == kube for s, _ in p.secret_files().values())
-               and p.spec.get("automountServiceAccountToken") is False,
-               f"{p.name}: its API calls go through the kubeconfig of Secret {kube}, with no token of this cluster")
+        mounted = {m["mountPath"] for m in p.mounts().values()
+                   if p.secret_files().get(m["name"], ("",))[0] == kube}
+        expect(a.get("--directory") == "kubernetes" and host_cluster is not None
+               and host_cluster.rsplit("/", 1)[0] in mounted
+               and not any(e["name"] == "KUBECONFIG" for e in p.main.get("env") or [])
+               and p.spec.get("automountServiceAccountToken") is not False,
+               f"{p.name}: the pod checks and the directory go to the host cluster through "
+               f"--host-cluster-kubeconfig (Secret {kube}); its own Node through its ServiceAccount here")
+    else:
+        expect(host_cluster is None,
+               f"{p.name}: no --host-cluster-kubeconfig without node.dpu.agent.kubeconfigSecret: one cluster")
     expect(not any(m.get("mountPropagation") for m in p.mounts().values()),
            f"{p.name}: no kubelet directory (the DPU runs no pods of the host)")
 
@@ -256,7 +270,9 @@ def shim_reads_nothing(expect: Expect, objs: list[dict], values: dict) -> None:
     got = bindings_of(objs, shim_sa)
     expect(got == want, f"ServiceAccount {shim_sa}: bound to {sorted(want)} only, no driver role (no Secret, no directory; got {sorted(got)})")
     got = bindings_of(objs, agent_sa)
-    expect(got == {"driver", "dpu-agent"}, f"ServiceAccount {agent_sa}: bound to the driver's and dpu-agent's roles (got {sorted(got)})")
+    want = {"driver", "dpu-agent", "dpu-agent-node"}
+    expect(got == want, f"ServiceAccount {agent_sa}: bound to the driver's and the agent's roles, "
+                        f"{sorted(want)} (got {sorted(got)})")
 
 
 def hook_makes_the_channel(expect: Expect, objs: list[dict], pods: list[NodePod], values: dict) -> None:

@@ -192,7 +192,8 @@ dpu-host-tls:
 dpf-plugin-dir:
   mount: {mountPath: {{ include "dpufs.dpfPluginDir" . | quote }}}
   volume: {hostPath: {path: {{ include "dpufs.dpfPluginDir" . | quote }}, type: DirectoryOrCreate}}
-# A kubeconfig of the cluster whose pods, claims and dpufs resources the agent reads.
+# A kubeconfig of the host cluster, whose pods, claims and dpufs resources the agent reads
+# (--host-cluster-kubeconfig).
 kubeconfig:
   mount: {mountPath: /etc/dpufs/kubeconfig, readOnly: true}
   volume:

@@ -1,18 +1,22 @@
 //! The DPU-mode test bed: the CSI bed's engine and controller (to create volumes), the node's
 //! mount keeper, `dpufs-csi dpu-agent` on TCP with certificates from `dpufs certs dpu`, and the
 //! in-repo fake API server served over HTTP to the agent, holding the DPU's Node and the
-//! pods, claims and PersistentVolumes the agent checks.
+//! pods, claims and PersistentVolumes the agent checks. With [`Clusters::Two`] the DPU's Node
+//! is in a fake API server of its own (the DPU cluster, as under DPF), and the agent reaches
+//! the other (the host cluster) through `--host-cluster-kubeconfig`.
 #![allow(dead_code)]
 
 use dpufs_csi::dpu::tls;
 use dpufs_e2e::csi_bed::{Bed, BedOptions, wait_until};
 use dpufs_kube::testing::FakeApiServer;
+use dpufs_kube::testing::rbac::ApiCall;
 use dpufs_node_api::keeper::VolumeStatus;
 use dpufs_proto::dpu::v1::dpu_agent_client::DpuAgentClient;
 use dpufs_proto::dpu::v1::{self as pb};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use tonic::transport::Channel;
@@ -24,9 +28,21 @@ pub const HOST_NODE: &str = "host-1";
 pub const AGENT_USER: &str = "dpufs-dpu-agent";
 pub const SHIM_USER: &str = "dpufs-host-shim";
 
-/// The chart's RBAC components (tools/chart/api-calls.yaml) of the agent and of the shim.
+/// The chart's RBAC components (tools/chart/api-calls.yaml): the agent's calls in the host
+/// cluster, its call in the cluster it runs in, and the shim's.
 pub const AGENT_COMPONENT: &str = "dpu-agent";
+pub const AGENT_NODE_COMPONENT: &str = "dpu-agent-node";
 pub const SHIM_COMPONENT: &str = "dpu-shim";
+
+/// Where the DPU's Node is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clusters {
+    /// Hosts and DPUs are Nodes of one cluster.
+    One,
+    /// The DPU is a Node of a cluster of its own (DPF's DPU cluster); the pods, claims and
+    /// PersistentVolumes are in the host cluster.
+    Two,
+}
 
 /// `dpufs certs dpu DIR --agent-host 127.0.0.1`: the real command.
 pub fn certs(dir: &Path) {
@@ -62,12 +78,19 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Engine, controller, keeper, fake API server and agent.
+/// Engine, controller, keeper, fake API server(s) and agent.
 pub struct DpuBed {
     pub bed: Bed,
+    /// The host cluster: pods, claims, PersistentVolumes (and with [`Clusters::One`] the
+    /// DPU's Node).
     pub fake: FakeApiServer,
+    /// With [`Clusters::Two`], the cluster the agent runs in, holding the DPU's Node.
+    pub dpu_cluster: Option<FakeApiServer>,
     serving: Vec<tokio::task::JoinHandle<()>>,
+    /// The agent's kubeconfig of the cluster it runs in ($KUBECONFIG).
     pub kubeconfig: PathBuf,
+    /// With [`Clusters::Two`], its `--host-cluster-kubeconfig`.
+    pub host_kubeconfig: Option<PathBuf>,
     pub certs: PathBuf,
     pub keeper: Child,
     pub agent: Option<Child>,
@@ -97,9 +120,14 @@ impl Drop for DpuBed {
 }
 
 impl DpuBed {
-    /// Starts everything; the agent runs with `--attach none` and the static directory of the
-    /// CSI bed (tenants team-a: ns-a, team-b: ns-b).
+    /// Starts everything, hosts and DPUs in one cluster; the agent runs with `--attach none`
+    /// and the static directory of the CSI bed (tenants team-a: ns-a, team-b: ns-b).
     pub async fn start() -> DpuBed {
+        DpuBed::start_in(Clusters::One).await
+    }
+
+    /// The same, the DPU's Node where `clusters` says.
+    pub async fn start_in(clusters: Clusters) -> DpuBed {
         let binary = PathBuf::from(env!("CARGO_BIN_EXE_dpufs-csi"));
         let mut opts = BedOptions::new(&binary);
         opts.node = false;
@@ -108,8 +136,23 @@ impl DpuBed {
         let cert_dir = bed.path("certs");
         certs(&cert_dir);
         let fake = FakeApiServer::new();
-        let (kubeconfig, serving) =
-            serve_as(&fake, AGENT_USER, &bed.path("agent.kubeconfig")).await;
+        let dpu_cluster = (clusters == Clusters::Two).then(FakeApiServer::new);
+        let (kubeconfig, serving) = serve_as(
+            dpu_cluster.as_ref().unwrap_or(&fake),
+            AGENT_USER,
+            &bed.path("agent.kubeconfig"),
+        )
+        .await;
+        let mut servings = vec![serving];
+        let host_kubeconfig = match clusters {
+            Clusters::One => None,
+            Clusters::Two => {
+                let (path, serving) =
+                    serve_as(&fake, AGENT_USER, &bed.path("host-cluster.kubeconfig")).await;
+                servings.push(serving);
+                Some(path)
+            }
+        };
         let keeper = Command::new(&binary)
             .args(["keeper", "--state-dir"])
             .arg(&bed.state)
@@ -123,8 +166,10 @@ impl DpuBed {
         let mut dpu = DpuBed {
             bed,
             fake,
-            serving: vec![serving],
+            dpu_cluster,
+            serving: servings,
             kubeconfig,
+            host_kubeconfig,
             certs: cert_dir,
             keeper,
             agent: None,
@@ -143,8 +188,12 @@ impl DpuBed {
 
     /// Starts (or starts again) the agent and waits until its port accepts.
     pub fn start_agent(&mut self) {
-        let agent = Command::new(&self.binary)
-            .arg("dpu-agent")
+        let mut command = Command::new(&self.binary);
+        command.arg("dpu-agent");
+        if let Some(host_cluster) = &self.host_kubeconfig {
+            command.arg("--host-cluster-kubeconfig").arg(host_cluster);
+        }
+        let agent = command
             .args(["--listen", &format!("127.0.0.1:{}", self.port)])
             .arg("--tls-ca")
             .arg(self.certs.join("ca.crt"))
@@ -184,10 +233,20 @@ impl DpuBed {
         });
     }
 
-    /// A kubeconfig of the fake for the shim (its calls recorded for [`SHIM_USER`]).
+    /// The fake API server holding the DPU's Node.
+    pub fn node_cluster(&self) -> &FakeApiServer {
+        self.dpu_cluster.as_ref().unwrap_or(&self.fake)
+    }
+
+    /// A kubeconfig for the shim of the cluster holding the DPU's Node (its calls recorded for
+    /// [`SHIM_USER`]).
     pub async fn shim_kubeconfig(&mut self) -> PathBuf {
-        let (path, serving) =
-            serve_as(&self.fake, SHIM_USER, &self.bed.path("shim.kubeconfig")).await;
+        let (path, serving) = serve_as(
+            self.node_cluster(),
+            SHIM_USER,
+            &self.bed.path("shim.kubeconfig"),
+        )
+        .await;
         self.serving.push(serving);
         path
     }
@@ -207,10 +266,13 @@ impl DpuBed {
         client_with(&files(&self.certs, "host"), &self.addr())
     }
 
-    /// Creates an object in the fake API server.
+    /// Creates an object in the fake API server of its cluster (a Node in the DPU's).
     pub async fn create(&self, object: Value) {
-        let client = self.fake.client();
         let kind = object["kind"].as_str().unwrap().to_string();
+        let client = match kind.as_str() {
+            "Node" => self.node_cluster().client(),
+            _ => self.fake.client(),
+        };
         let ns = object["metadata"]["namespace"].as_str().map(str::to_string);
         let pp = PostParams::default();
         match kind.as_str() {
@@ -312,13 +374,39 @@ impl DpuBed {
         self.bed.log("agent")
     }
 
-    /// Fails unless the agent and the shim asked the API server only what the chart grants
-    /// them (tools/chart/api-calls.yaml).
+    /// Fails unless the agent and the shim asked each API server only what the chart grants
+    /// them there (tools/chart/api-calls.yaml): in one cluster the agent holds both of its
+    /// roles; in two, the host cluster's role there and the node role in its own.
     pub fn assert_calls_granted(&self) {
         use dpufs_kube::testing::rbac::assert_granted;
-        assert_granted(&self.fake.api_calls(AGENT_USER), AGENT_COMPONENT);
-        assert_granted(&self.fake.api_calls(SHIM_USER), SHIM_COMPONENT);
+        match &self.dpu_cluster {
+            None => assert_granted_any(
+                &self.fake.api_calls(AGENT_USER),
+                &[AGENT_COMPONENT, AGENT_NODE_COMPONENT],
+            ),
+            Some(dpu_cluster) => {
+                assert_granted(&self.fake.api_calls(AGENT_USER), AGENT_COMPONENT);
+                assert_granted(&dpu_cluster.api_calls(AGENT_USER), AGENT_NODE_COMPONENT);
+            }
+        }
+        assert_granted(&self.node_cluster().api_calls(SHIM_USER), SHIM_COMPONENT);
     }
+}
+
+/// Panics, naming each, when `calls` holds a call none of `components` is granted.
+fn assert_granted_any(calls: &BTreeSet<ApiCall>, components: &[&str]) {
+    let granted: BTreeSet<(String, String, String)> = components
+        .iter()
+        .flat_map(|c| dpufs_kube::testing::rbac::granted(c))
+        .collect();
+    let missing: Vec<&ApiCall> = calls
+        .iter()
+        .filter(|c| !granted.contains(&(c.group.clone(), c.resource.clone(), c.verb.clone())))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "calls tools/chart/api-calls.yaml grants none of {components:?}: {missing:?}"
+    );
 }
 
 /// Serves `fake` over HTTP, recording calls for `user`; writes a kubeconfig for it to `path`.

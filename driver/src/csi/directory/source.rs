@@ -66,6 +66,15 @@ impl DirectoryArgs {
     /// The directory the flags name. A Kubernetes one starts its watches on the current
     /// Tokio runtime and is not ready until they have listed everything.
     pub async fn open(&self) -> Result<Arc<dyn Directory>, OpenError> {
+        self.open_in(None).await
+    }
+
+    /// The same, a Kubernetes directory reading the cluster of `cluster` when given (the DPU
+    /// agent under DPF: the dpufs resources live in the host cluster, not in the DPU's).
+    pub async fn open_in(
+        &self,
+        cluster: Option<kube::Client>,
+    ) -> Result<Arc<dyn Directory>, OpenError> {
         match self.directory.as_ref().ok_or(OpenError::Missing)? {
             DirectorySource::File(path) => {
                 if self.default_tenant.is_some() {
@@ -74,7 +83,10 @@ impl DirectoryArgs {
                 Ok(Arc::new(StaticDirectory::from_file(path)?))
             }
             DirectorySource::Kubernetes => {
-                let client = kube::Client::try_default().await?;
+                let client = match cluster {
+                    Some(client) => client,
+                    None => kube::Client::try_default().await?,
+                };
                 let mut config = KubeDirectoryConfig::new(self.tls_dir.clone());
                 config.default_tenant = self.default_tenant.clone();
                 Ok(Arc::new(KubeDirectory::start(client, config)))

@@ -78,22 +78,44 @@ pub struct ProbeInfo {
     pub system: Option<String>,
 }
 
+/// How the agent knows which host its DPU serves.
+#[derive(Clone)]
+pub enum Pairing {
+    /// Named at start (`--host-node`).
+    Given(String),
+    /// The pairing label on the DPU's own Node, read once through this client of the cluster
+    /// the agent runs in. Under DPF that is the DPU cluster, not the host cluster where the
+    /// pods are: the DPU's Node exists only in its own cluster.
+    Label(kube::Client),
+}
+
+impl std::fmt::Debug for Pairing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pairing::Given(host) => write!(f, "given: {host}"),
+            Pairing::Label(_) => write!(f, "the DPU Node's label {}", pairing::HOST_LABEL),
+        }
+    }
+}
+
 /// The agent.
 pub struct Agent {
     stager: Stager,
     locks: VolumeLocks,
-    kube: kube::Client,
+    /// The cluster of the host's pods, claims and PersistentVolumes.
+    host_cluster: kube::Client,
+    pairing: Pairing,
     attach: Arc<dyn Attach>,
     dpu_node: String,
-    /// The paired host: `--host-node`, or the DPU Node's pairing label once read.
-    host: OnceCell<String>,
+    /// The pairing label, once read.
+    labelled_host: OnceCell<String>,
 }
 
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Agent")
             .field("dpu_node", &self.dpu_node)
-            .field("host", &self.host.get())
+            .field("pairing", &self.pairing)
             .field("attach", &self.attach)
             .field("stager", &self.stager)
             .finish_non_exhaustive()
@@ -101,33 +123,38 @@ impl std::fmt::Debug for Agent {
 }
 
 impl Agent {
-    /// An agent preparing volumes with `stager`, checking pods through `kube`, attaching with
-    /// `attach`; it runs on the Node `dpu_node`, paired with `host_node` when given (else the
-    /// Node's pairing label says).
+    /// An agent preparing volumes with `stager`, checking pods through `host_cluster` (the
+    /// cluster of the host's pods), attaching with `attach`; it runs on the Node `dpu_node`,
+    /// paired with its host as `pairing` says.
     pub fn new(
         stager: Stager,
-        kube: kube::Client,
+        host_cluster: kube::Client,
+        pairing: Pairing,
         attach: Arc<dyn Attach>,
         dpu_node: String,
-        host_node: Option<String>,
     ) -> Agent {
         Agent {
             stager,
             locks: VolumeLocks::default(),
-            kube,
+            host_cluster,
+            pairing,
             attach,
             dpu_node,
-            host: OnceCell::new_with(host_node),
+            labelled_host: OnceCell::new(),
         }
     }
 
     /// The host this DPU is paired with.
     pub async fn host(&self) -> Result<&str, AgentError> {
-        self.host
-            .get_or_try_init(|| pairing::host_of(&self.kube, &self.dpu_node))
-            .await
-            .map(String::as_str)
-            .map_err(|e| AgentError::HostUnknown(e.to_string()))
+        match &self.pairing {
+            Pairing::Given(host) => Ok(host),
+            Pairing::Label(dpu_cluster) => self
+                .labelled_host
+                .get_or_try_init(|| pairing::host_of(dpu_cluster, &self.dpu_node))
+                .await
+                .map(String::as_str)
+                .map_err(|e| AgentError::HostUnknown(e.to_string())),
+        }
     }
 
     /// Whether the agent can serve, and who it is.
@@ -184,7 +211,7 @@ impl Agent {
         let planned = self.stager.plan(&id, &device.socket, read_only).await?;
         if let Some(pod) = pod {
             let host = self.host().await?;
-            pods::check(&self.kube, pod, host, volume_id).await?;
+            pods::check(&self.host_cluster, pod, host, volume_id).await?;
             self.check_tenant(&planned.volume, &pod.namespace).await?;
         }
         let prepared = planned.write(&self.stager)?;
