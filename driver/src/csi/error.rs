@@ -332,6 +332,25 @@ pub enum StageError {
     Node { step: String, detail: String },
 }
 
+/// Why a pod's namespace may not use a volume: host mode's NodePublishVolume and the DPU
+/// agent's StageVolume decide it the same way (`csi::node::prepare::Stager::check_tenant`).
+#[derive(Debug, thiserror::Error)]
+pub enum TenantError {
+    #[error(
+        "namespace {namespace:?} belongs to tenant {tenant:?}, but volume {id} belongs to tenant {owner:?}"
+    )]
+    OtherTenant {
+        id: String,
+        namespace: String,
+        tenant: String,
+        owner: String,
+    },
+    #[error("the pod's namespace may not use volume {id}: {source}")]
+    NoTenant { id: String, source: DirectoryError },
+    #[error("looking up the pod's tenant: {0}")]
+    Directory(DirectoryError),
+}
+
 /// NodePublishVolume and NodeUnpublishVolume.
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
@@ -361,17 +380,8 @@ pub enum PublishError {
         "{target} is a mount of something other than a volume of dfs.dpufs.io; not unmounting it"
     )]
     NotOurMount { target: String },
-    #[error(
-        "namespace {namespace:?} belongs to tenant {tenant:?}, but volume {id} belongs to tenant {owner:?}"
-    )]
-    OtherTenant {
-        id: String,
-        namespace: String,
-        tenant: String,
-        owner: String,
-    },
-    #[error("the pod's namespace may not use volume {id}: {source}")]
-    NoTenant { id: String, source: DirectoryError },
+    #[error("{0}")]
+    Tenant(#[from] TenantError),
     #[error(
         "{target} is already a mount of volume {id} {}; publish it there with the same settings",
         if *.read_only { "read-only" } else { "read-write" }
@@ -581,10 +591,18 @@ fn publish_code(e: &PublishError) -> Code {
         | P::TargetInUse { .. }
         | P::NotOurMount { .. }
         | P::SingleWriterInUse { .. } => Code::FailedPrecondition,
-        P::OtherTenant { .. } | P::NoTenant { .. } => Code::PermissionDenied,
+        P::Tenant(e) => tenant_code(e),
         P::Incompatible { .. } => Code::AlreadyExists,
         P::Busy(_) => Code::Aborted,
         P::Node { .. } => Code::Internal,
+    }
+}
+
+/// The code of a tenant refusal; also the DPU agent's.
+pub(crate) fn tenant_code(e: &TenantError) -> Code {
+    match e {
+        TenantError::OtherTenant { .. } | TenantError::NoTenant { .. } => Code::PermissionDenied,
+        TenantError::Directory(d) => directory_code(d),
     }
 }
 

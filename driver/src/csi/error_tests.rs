@@ -654,24 +654,32 @@ fn node_table() -> Vec<(CsiError, Code, &'static str)> {
             "NodeStageVolume first",
         ),
         (
-            P::OtherTenant {
+            P::Tenant(TenantError::OtherTenant {
                 id: id(),
                 namespace: "ns-b".into(),
                 tenant: "team-b".into(),
                 owner: "team-a".into(),
-            }
+            })
             .into(),
             Code::PermissionDenied,
             "belongs to tenant \"team-a\"",
         ),
         (
-            P::NoTenant {
+            P::Tenant(TenantError::NoTenant {
                 id: id(),
                 source: DirectoryError::NoTenant("ns-z".into()),
-            }
+            })
             .into(),
             Code::PermissionDenied,
             "ns-z",
+        ),
+        (
+            P::Tenant(TenantError::Directory(DirectoryError::Unavailable(
+                "not synced".into(),
+            )))
+            .into(),
+            Code::Unavailable,
+            "not synced",
         ),
         (
             P::Incompatible {

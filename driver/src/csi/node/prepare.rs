@@ -12,8 +12,8 @@
 
 use super::record::{StagedVolume, VolumeFiles};
 use crate::csi::controller::RequestRecord;
-use crate::csi::directory::{Directory, SystemClients};
-use crate::csi::error::StageError;
+use crate::csi::directory::{Directory, DirectoryError, SystemClients};
+use crate::csi::error::{StageError, TenantError};
 use crate::csi::label::REQUEST_ATTR;
 use crate::csi::qos;
 use crate::csi::volume_id::{VolumeId, VolumeIdError};
@@ -278,6 +278,35 @@ impl Stager {
             read_only,
         };
         Ok((volume, qos::of(id, &attrs)))
+    }
+
+    /// The pod's namespace (none: the default tenant's request, as from a CSI client that is
+    /// not Kubernetes) must belong to the tenant that owns `volume`, which its record holds
+    /// from the volume's container, never from the caller.
+    pub async fn check_tenant(
+        &self,
+        volume: &StagedVolume,
+        namespace: Option<&str>,
+    ) -> Result<(), TenantError> {
+        let tenant = match self.dir.tenant(namespace).await {
+            Ok(t) => t,
+            Err(e @ (DirectoryError::NoTenant(_) | DirectoryError::NoDefaultTenant)) => {
+                return Err(TenantError::NoTenant {
+                    id: volume.volume_id.clone(),
+                    source: e,
+                });
+            }
+            Err(e) => return Err(TenantError::Directory(e)),
+        };
+        if tenant.name != volume.tenant || tenant.principal != volume.principal {
+            return Err(TenantError::OtherTenant {
+                id: volume.volume_id.clone(),
+                namespace: namespace.unwrap_or_default().to_string(),
+                tenant: tenant.name,
+                owner: volume.tenant.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// The keeper stops the volume's worker and lets the volume go (unmounts it, or closes

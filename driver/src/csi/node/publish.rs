@@ -11,7 +11,6 @@ use super::reader_only;
 use super::record::{StagedVolume, VolumeFiles};
 use super::{NodeService, is_directory, node_path};
 use crate::csi::controller::check_capability;
-use crate::csi::directory::DirectoryError;
 use crate::csi::error::{PathError, PublishError};
 use crate::csi::volume_id::{VolumeId, VolumeIdError};
 use dpufs_node_api::mountinfo::MountInfo;
@@ -39,8 +38,8 @@ impl NodeService {
             .locks
             .try_lock(format!("target {}", target.display()))?;
         let volume = self.staged(&req.volume_id, &staging)?;
-        self.check_tenant(&volume, req.volume_context.get(POD_NAMESPACE))
-            .await?;
+        let namespace = req.volume_context.get(POD_NAMESPACE).map(String::as_str);
+        self.stager.check_tenant(&volume, namespace).await?;
         let read_only = publish_read_only(&req) || volume.read_only;
         bind_target(&req, &staging, &target, read_only)
     }
@@ -59,39 +58,6 @@ impl NodeService {
             Some(_) => Err(not_staged(raw_id, staging)),
             None => Err(PublishError::NotFound(raw_id.into())),
         }
-    }
-
-    /// The pod's namespace (none: the default tenant's request, as from a CSI client that
-    /// is not Kubernetes) must belong to the tenant that owns the volume.
-    async fn check_tenant(
-        &self,
-        volume: &StagedVolume,
-        namespace: Option<&String>,
-    ) -> Result<(), PublishError> {
-        let tenant = match self.dir.tenant(namespace.map(String::as_str)).await {
-            Ok(t) => t,
-            Err(e @ (DirectoryError::NoTenant(_) | DirectoryError::NoDefaultTenant)) => {
-                return Err(PublishError::NoTenant {
-                    id: volume.volume_id.clone(),
-                    source: e,
-                });
-            }
-            Err(e) => {
-                return Err(PublishError::Node {
-                    step: "looking up the pod's tenant".into(),
-                    detail: e.to_string(),
-                });
-            }
-        };
-        if tenant.name != volume.tenant || tenant.principal != volume.principal {
-            return Err(PublishError::OtherTenant {
-                id: volume.volume_id.clone(),
-                namespace: namespace.cloned().unwrap_or_default(),
-                tenant: tenant.name,
-                owner: volume.tenant.clone(),
-            });
-        }
-        Ok(())
     }
 
     /// NodeUnpublishVolume: unmounts the target and removes it; a target that is gone, not

@@ -4,8 +4,7 @@
 //! DPU.
 
 use super::pods::PodCheckError;
-use crate::csi::directory::DirectoryError;
-use crate::csi::error::{StageError, stage_code};
+use crate::csi::error::{StageError, TenantError, stage_code, tenant_code};
 use crate::csi::locks::Busy;
 use crate::dpu::attach::AttachError;
 use tonic::{Code, Status};
@@ -27,19 +26,8 @@ pub enum AgentError {
     HostUnknown(String),
     #[error("{0}")]
     Pod(Box<PodCheckError>),
-    #[error(
-        "namespace {namespace:?} belongs to tenant {tenant:?}, but volume {id} belongs to tenant {owner:?}"
-    )]
-    OtherTenant {
-        id: String,
-        namespace: String,
-        tenant: String,
-        owner: String,
-    },
-    #[error("the pod's namespace may not use volume {id}: {source}")]
-    NoTenant { id: String, source: DirectoryError },
-    #[error("looking up the pod's tenant: {0}")]
-    Directory(DirectoryError),
+    #[error("{0}")]
+    Tenant(#[from] TenantError),
     #[error("{0}")]
     Stage(#[from] StageError),
     #[error("volume {0} is not staged on this DPU")]
@@ -59,16 +47,14 @@ impl AgentError {
         match self {
             A::MissingId(_) | A::MissingHost(_) | A::MissingPod => Code::InvalidArgument,
             // The host asked for something its pod, its node or its tenant does not allow.
-            A::OtherHost { .. } | A::OtherTenant { .. } | A::NoTenant { .. } => {
-                Code::PermissionDenied
-            }
+            A::OtherHost { .. } => Code::PermissionDenied,
+            // As host mode's NodePublishVolume decides it.
+            A::Tenant(e) => tenant_code(e),
             A::Pod(e) => match **e {
                 PodCheckError::Refused(_) => Code::PermissionDenied,
                 PodCheckError::Kube(_) => Code::Unavailable,
             },
             A::HostUnknown(_) => Code::Unavailable,
-            A::Directory(DirectoryError::Unavailable(_)) => Code::Unavailable,
-            A::Directory(_) => Code::FailedPrecondition,
             A::Stage(e) => stage_code(e),
             A::NotStaged(_) => Code::NotFound,
             A::BadToken(_) | A::Busy(_) => Code::Aborted,

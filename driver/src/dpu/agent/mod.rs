@@ -23,7 +23,6 @@ pub use error::AgentError;
 pub use pods::PodRef;
 pub use stats::VolumeStats;
 
-use crate::csi::directory::DirectoryError;
 use crate::csi::locks::VolumeLocks;
 use crate::csi::node::prepare::{Stager, parse_id};
 use crate::csi::node::record::StagedVolume;
@@ -212,7 +211,9 @@ impl Agent {
         if let Some(pod) = pod {
             let host = self.host().await?;
             pods::check(&self.host_cluster, pod, host, volume_id).await?;
-            self.check_tenant(&planned.volume, &pod.namespace).await?;
+            self.stager
+                .check_tenant(&planned.volume, Some(&pod.namespace))
+                .await?;
         }
         let prepared = planned.write(&self.stager)?;
         std::fs::create_dir_all(self.sockets_dir()).map_err(|e| {
@@ -242,30 +243,6 @@ impl Agent {
         self.run_attach(&device, true).await?;
         tracing::info!(volume_id, tenant = %prepared.volume.tenant, tag = %device.tag, ?served, "volume staged on the DPU");
         Ok(device)
-    }
-
-    /// The pod's namespace must belong to the tenant that owns the volume (from its
-    /// container, in the record being written).
-    async fn check_tenant(&self, volume: &StagedVolume, namespace: &str) -> Result<(), AgentError> {
-        let tenant = match self.stager.directory().tenant(Some(namespace)).await {
-            Ok(t) => t,
-            Err(e @ (DirectoryError::NoTenant(_) | DirectoryError::NoDefaultTenant)) => {
-                return Err(AgentError::NoTenant {
-                    id: volume.volume_id.clone(),
-                    source: e,
-                });
-            }
-            Err(e) => return Err(AgentError::Directory(e)),
-        };
-        if tenant.name != volume.tenant || tenant.principal != volume.principal {
-            return Err(AgentError::OtherTenant {
-                id: volume.volume_id.clone(),
-                namespace: namespace.to_string(),
-                tenant: tenant.name,
-                owner: volume.tenant.clone(),
-            });
-        }
-        Ok(())
     }
 
     async fn check_caller(&self, caller: &Caller, rpc: &'static str) -> Result<(), AgentError> {
