@@ -13,7 +13,7 @@
 //! stopped between the two) shows no device, and the next CreateDevice or DeleteDevice
 //! completes or undoes it.
 
-use crate::csi::node::record::{VolumeFiles, write_private};
+use crate::csi::node::record::{VolumeFiles, load_json, save_json};
 use crate::csi::volume_id::VolumeId;
 use crate::dpf::backend::{BackendError, Device, DeviceBackend, DeviceSpec};
 use crate::dpu::agent::{Agent, AgentError, Caller};
@@ -98,23 +98,16 @@ impl AgentDevices {
 
     fn save(&self, id: &VolumeId, spec: &DeviceSpec) -> Result<(), BackendError> {
         let path = self.record_path(id);
-        let json = serde_json::to_vec_pretty(&DeviceRecord::of(spec)).map_err(io::Error::other);
         std::fs::create_dir_all(&self.records)
-            .and_then(|()| write_private(&path, &json?))
+            .and_then(|()| save_json(&path, &DeviceRecord::of(spec)))
             .map_err(|e| record_error("writing", &path, e))
     }
 
     fn load(&self, id: &VolumeId) -> Result<Option<DeviceSpec>, BackendError> {
         let path = self.record_path(id);
-        let read = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice::<DeviceRecord>(&bytes)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-                .and_then(DeviceRecord::spec)
-                .map(Some),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        };
-        read.map_err(|e| record_error("reading", &path, e))
+        load_json::<DeviceRecord>(&path)
+            .and_then(|record| record.map(DeviceRecord::spec).transpose())
+            .map_err(|e| record_error("reading", &path, e))
     }
 
     fn remove(&self, id: &VolumeId) -> Result<(), BackendError> {

@@ -4,6 +4,7 @@
 //! volume it staged, whose it is, and which keeper volume and capability file belong to it.
 
 use crate::csi::volume_id::VolumeId;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -67,21 +68,32 @@ pub fn write_private(path: &Path, data: &[u8]) -> io::Result<()> {
     dpufs_node_api::file::write_atomic(path, data, 0o600)
 }
 
+/// Reads the JSON record at `path`; `None` when there is none. The stage records here, the
+/// DPU shim's and the DPF plugin's are all read this way.
+pub fn load_json<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `record` as JSON to `path` atomically, mode 0600 (its directory must exist).
+pub fn save_json<T: Serialize>(path: &Path, record: &T) -> io::Result<()> {
+    let json = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
+    write_private(path, &json)
+}
+
 impl StagedVolume {
     /// Reads a record; `None` when there is none.
     pub fn load(path: &Path) -> io::Result<Option<StagedVolume>> {
-        match std::fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
+        load_json(path)
     }
 
     pub fn save(&self, path: &Path) -> io::Result<()> {
-        let json = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
-        write_private(path, &json)
+        save_json(path, self)
     }
 
     /// Every record in `dir`.

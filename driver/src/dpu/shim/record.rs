@@ -3,7 +3,7 @@
 //! the stats know the volume after a restart of the shim. Nothing in it is secret: the shim
 //! holds no key, capability or tenant.
 
-use crate::csi::node::record::write_private;
+use crate::csi::node::record::{load_json, save_json};
 use crate::csi::volume_id::VolumeId;
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -27,21 +27,14 @@ pub fn path_of(dir: &Path, id: &VolumeId) -> PathBuf {
 impl ShimRecord {
     /// Reads a record; `None` when there is none.
     pub fn load(path: &Path) -> io::Result<Option<ShimRecord>> {
-        match std::fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
+        load_json(path)
     }
 
     pub fn save(&self, path: &Path) -> io::Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let json = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
-        write_private(path, &json)
+        save_json(path, self)
     }
 
     /// How many volumes are staged under `dir`.
