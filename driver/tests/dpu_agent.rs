@@ -94,6 +94,9 @@ async fn the_control_channel_refuses_clients_without_the_right_certificate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_cannot_stage_for_a_pod_the_api_server_does_not_show() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams};
+    use serde_json::json;
     let dpu = DpuBed::start().await;
     let mine = dpu.bed.create("vol-a", "ns-a").await.volume_id;
     let theirs = dpu.bed.create("vol-b", "ns-b").await.volume_id;
@@ -144,6 +147,34 @@ async fn a_host_cannot_stage_for_a_pod_the_api_server_does_not_show() {
             .await,
         Code::PermissionDenied,
         &["host-2", HOST_NODE],
+    );
+    // A pod of A that has finished.
+    let done = dpu.pod_with_volume("ns-a", "done", HOST_NODE, &mine).await;
+    Api::<Pod>::namespaced(dpu.fake.client(), "ns-a")
+        .patch_status(
+            "done",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .expect("the pod's status");
+    refused(
+        client
+            .stage_volume(stage_request(&mine, HOST_NODE, ("ns-a", "done", &done)))
+            .await,
+        Code::PermissionDenied,
+        &["ns-a/done", "finished", "Succeeded"],
+    );
+    // A volume id that names no volume: before the API server shows a pod of this host that
+    // uses it, the host learns nothing of a volume, not even that it does not exist.
+    let (pool, _) = mine.rsplit_once('/').unwrap();
+    let made_up = format!("{pool}/0b8a9c55-1d2e-4f60-9a7b-8c9d0e1f2a3b");
+    refused(
+        client
+            .stage_volume(stage_request(&made_up, HOST_NODE, ("ns-a", "trainer", &a)))
+            .await,
+        Code::PermissionDenied,
+        &["ns-a/trainer", "uses no PersistentVolumeClaim"],
     );
     // A's pod asking for a volume its claim is not bound to.
     let third = dpu.bed.create("vol-c", "ns-a").await.volume_id;
@@ -557,7 +588,11 @@ async fn pod_checks_on_a_real_api_server() {
         )
         .await
         .expect("the claim's status");
-    for (name, node) in [("trainer", HOST_NODE), ("far", "host-2")] {
+    for (name, node) in [
+        ("trainer", HOST_NODE),
+        ("far", "host-2"),
+        ("done", HOST_NODE),
+    ] {
         create(json!({"apiVersion": "v1", "kind": "Pod",
                       "metadata": {"name": name, "namespace": "ns-a"},
                       "spec": {"nodeName": node, "automountServiceAccountToken": false,
@@ -636,5 +671,23 @@ async fn pod_checks_on_a_real_api_server() {
     assert!(matches!(
         refusal(pods::check(&agent, &missing, HOST_NODE, volume_id).await),
         PodRefusal::NoSuchPod(_)
+    ));
+    // A finished pod, its phase written as kubelet would.
+    Api::<Pod>::namespaced(admin.clone(), "ns-a")
+        .patch_status(
+            "done",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Failed"}})),
+        )
+        .await
+        .expect("the pod's status");
+    let done = PodRef {
+        name: "done".into(),
+        uid: uid("done").await,
+        ..trainer.clone()
+    };
+    assert!(matches!(
+        refusal(pods::check(&agent, &done, HOST_NODE, volume_id).await),
+        PodRefusal::Finished { .. }
     ));
 }

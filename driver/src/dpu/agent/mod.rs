@@ -206,11 +206,15 @@ impl Agent {
             (_, pod) => pod,
         };
         let _guard = self.locks.try_lock(format!("volume {id}"))?;
+        // The pod before anything of the volume is read: until the API server shows a pod on
+        // the paired host that uses this volume, the host learns nothing about the volume, not
+        // even whether its container exists (which planning would tell by its error).
+        if let Some(pod) = pod {
+            pods::check(&self.host_cluster, pod, self.host().await?, volume_id).await?;
+        }
         let device = self.device_of(&id, read_only);
         let planned = self.stager.plan(&id, &device.socket, read_only).await?;
         if let Some(pod) = pod {
-            let host = self.host().await?;
-            pods::check(&self.host_cluster, pod, host, volume_id).await?;
             self.stager
                 .check_tenant(&planned.volume, Some(&pod.namespace))
                 .await?;

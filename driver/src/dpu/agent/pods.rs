@@ -1,7 +1,8 @@
 //! The agent does not take the host's word (docs/dpu.md, "Threat model"): before it stages a
 //! volume for a pod, it asks the API server whether the pod exists with the UID the host
-//! sent, runs on the host this DPU is paired with, and uses the volume through a claim that
-//! is bound, both ways, to a PersistentVolume of this driver whose handle is the volume id.
+//! sent, runs on the host this DPU is paired with, has not finished, and uses the volume
+//! through a claim that is bound, both ways, to a PersistentVolume of this driver whose handle
+//! is the volume id.
 //! Whether the pod's namespace belongs to the volume's tenant is decided by the caller, with
 //! the tenant read from the volume's container.
 //!
@@ -39,6 +40,8 @@ pub enum PodRefusal {
         node: Option<String>,
         host: String,
     },
+    #[error("{pod} has finished ({phase}); kubelet mounts nothing for it")]
+    Finished { pod: PodRef, phase: String },
     #[error(
         "{pod} uses no PersistentVolumeClaim bound to a PersistentVolume of {DRIVER_NAME} with volume handle {volume_id} (its claims: {})",
         if .claims.is_empty() { "none".to_string() } else { .claims.join(", ") }
@@ -85,6 +88,15 @@ pub async fn check(
             pod: pod.clone(),
             node: spec.node_name,
             host: host.to_string(),
+        }
+        .into());
+    }
+    // A pod that ran here once does not open its volumes to the host for good.
+    let phase = object.status.and_then(|s| s.phase).unwrap_or_default();
+    if matches!(phase.as_str(), "Succeeded" | "Failed") {
+        return Err(PodRefusal::Finished {
+            pod: pod.clone(),
+            phase,
         }
         .into());
     }
