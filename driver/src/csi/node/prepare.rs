@@ -339,8 +339,9 @@ impl Stager {
     }
 }
 
-/// The records directory: the capabilities in it are the node agent's to hand out.
-fn make_private_dir(dir: &Path) -> std::io::Result<()> {
+/// A directory only its owner may enter (0700, also when it existed): the records directory,
+/// whose capabilities are the node agent's to hand out, and the DPU agent's vhost-user sockets.
+pub fn make_private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new()
         .recursive(true)

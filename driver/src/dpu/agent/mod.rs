@@ -24,7 +24,7 @@ pub use pods::PodRef;
 pub use stats::VolumeStats;
 
 use crate::csi::locks::VolumeLocks;
-use crate::csi::node::prepare::{Stager, parse_id};
+use crate::csi::node::prepare::{Stager, make_private_dir, parse_id};
 use crate::csi::node::record::StagedVolume;
 use crate::csi::volume_id::VolumeId;
 use crate::dpu::attach::{Attach, DeviceSpec};
@@ -220,11 +220,10 @@ impl Agent {
                 .await?;
         }
         let prepared = planned.write(&self.stager)?;
-        std::fs::create_dir_all(self.sockets_dir()).map_err(|e| {
-            crate::csi::error::StageError::Node {
-                step: "creating the vhost-user socket directory".into(),
-                detail: e.to_string(),
-            }
+        // Whoever connects to a worker's socket reads and writes its volume: root's only.
+        make_private_dir(&self.sockets_dir()).map_err(|e| crate::csi::error::StageError::Node {
+            step: "creating the vhost-user socket directory".into(),
+            detail: e.to_string(),
         })?;
         // The keeper starts the worker with the export's transport (vhost-user-fs).
         let want = WantedVolume {
