@@ -19,6 +19,7 @@ use super::qmp::{
 use super::{Attach, AttachError, DeviceSpec};
 use dpufs_proto::dpu::v1::DeviceTransport;
 use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The id prefix of the root ports the agent may plug into.
@@ -31,11 +32,16 @@ const RELEASE_WITHIN: Duration = Duration::from_secs(30);
 const CONNECT_WITHIN: Duration = Duration::from_secs(10);
 
 /// Hot-plugs through the QMP socket at `socket`.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct QmpAttach {
     socket: PathBuf,
     release_within: Duration,
     connect_within: Duration,
+    /// Held for each attach and detach, so the agent's calls on different volumes take the
+    /// monitor one at a time: QEMU's monitor socket serves one client at a time (a second
+    /// connection gets no greeting until the first closes, and a detach may wait 30 s), and two
+    /// attaches reading `query-pci` at once would pick the same free port.
+    monitor: Mutex<()>,
 }
 
 impl QmpAttach {
@@ -44,7 +50,15 @@ impl QmpAttach {
             socket,
             release_within: RELEASE_WITHIN,
             connect_within: CONNECT_WITHIN,
+            monitor: Mutex::new(()),
         }
+    }
+
+    /// A connection to the monitor, for this call alone.
+    fn connect(&self) -> Result<(MutexGuard<'_, ()>, QmpClient), AttachError> {
+        // A call that panicked held nothing QEMU keeps: the lock is still good.
+        let held = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
+        Ok((held, QmpClient::connect(&self.socket)?))
     }
 
     /// The same, waiting at most `within` for a guest to release a device.
@@ -124,7 +138,7 @@ impl Attach for QmpAttach {
     }
 
     fn attach(&self, device: &DeviceSpec) -> Result<(), AttachError> {
-        let mut q = QmpClient::connect(&self.socket)?;
+        let (_held, mut q) = self.connect()?;
         if device_present(&mut q, &device.tag)? {
             return Ok(());
         }
@@ -156,7 +170,7 @@ impl Attach for QmpAttach {
     }
 
     fn detach(&self, device: &DeviceSpec) -> Result<(), AttachError> {
-        let mut q = QmpClient::connect(&self.socket)?;
+        let (_held, mut q) = self.connect()?;
         let id = device.tag.as_str();
         if device_present(&mut q, id)? {
             // A second device_del of a device being unplugged fails; the wait below is the
@@ -189,5 +203,128 @@ impl Attach for QmpAttach {
             q.execute::<serde_json::Value>(&Command::ChardevRemove { id: &chardev })?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+    use std::collections::BTreeMap;
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::sync::Arc;
+
+    /// What the fake monitor holds: chardevs, and which device sits in each root port.
+    #[derive(Default)]
+    struct Machine {
+        chardevs: Vec<String>,
+        ports: BTreeMap<String, Option<String>>,
+        open: usize,
+        most_open: usize,
+    }
+
+    /// Answers one command as QEMU would, slowly enough that calls on two connections
+    /// would interleave.
+    fn answer(machine: &Mutex<Machine>, command: &Value) -> Value {
+        std::thread::sleep(Duration::from_millis(20));
+        let mut m = machine.lock().unwrap();
+        let args = &command["arguments"];
+        let ok = json!({"return": {}});
+        match command["execute"].as_str().unwrap() {
+            "qom-list" => json!({"return": m.ports.values().flatten()
+                .map(|d| json!({"name": d, "type": "child<vhost-user-fs-pci>"})).collect::<Vec<_>>()}),
+            "query-chardev" => json!({"return": m.chardevs.iter()
+                .map(|c| json!({"label": c, "filename": "unix:/s"})).collect::<Vec<_>>()}),
+            "chardev-add" => {
+                m.chardevs.push(args["id"].as_str().unwrap().to_string());
+                ok
+            }
+            "query-pci" => json!({"return": [{"bus": 0, "devices": m.ports.iter().map(|(port, dev)|
+                json!({"qdev_id": port, "pci_bridge": {"devices":
+                    dev.iter().map(|d| json!({"qdev_id": d})).collect::<Vec<_>>()}})).collect::<Vec<_>>()}]}),
+            "device_add" => {
+                let port = m.ports.get_mut(args["bus"].as_str().unwrap()).unwrap();
+                if port.is_some() {
+                    return json!({"error": {"class": "GenericError", "desc": "slot 0 is in use"}});
+                }
+                *port = Some(args["id"].as_str().unwrap().to_string());
+                ok
+            }
+            _ => ok,
+        }
+    }
+
+    /// A monitor that takes every connection at once (as QEMU started with several `-qmp`),
+    /// on `socket`, for `connections` connections.
+    fn fake_monitor(socket: &std::path::Path, connections: usize) -> Arc<Mutex<Machine>> {
+        let machine = Arc::new(Mutex::new(Machine {
+            ports: [("dpufs-port-0", None), ("dpufs-port-1", None)]
+                .map(|(p, d)| (p.to_string(), d))
+                .into(),
+            ..Machine::default()
+        }));
+        let listener = UnixListener::bind(socket).unwrap();
+        let shared = machine.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().take(connections) {
+                let (machine, mut stream) = (shared.clone(), stream.unwrap());
+                std::thread::spawn(move || {
+                    {
+                        let mut m = machine.lock().unwrap();
+                        m.open += 1;
+                        m.most_open = m.most_open.max(m.open);
+                    }
+                    writeln!(
+                        stream,
+                        "{}",
+                        json!({"QMP": {"version": {}, "capabilities": []}})
+                    )
+                    .unwrap();
+                    let reader = BufReader::new(stream.try_clone().unwrap());
+                    for line in reader.lines().map_while(Result::ok) {
+                        let reply = answer(&machine, &serde_json::from_str(&line).unwrap());
+                        if writeln!(stream, "{reply}").is_err() {
+                            break;
+                        }
+                    }
+                    machine.lock().unwrap().open -= 1;
+                });
+            }
+        });
+        machine
+    }
+
+    #[test]
+    fn the_agents_calls_take_the_monitor_one_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("qmp.sock");
+        let machine = fake_monitor(&socket, 2);
+        let attach = Arc::new(QmpAttach::new(socket));
+        let calls: Vec<_> = ["dpufs-000000000000a", "dpufs-000000000000b"]
+            .into_iter()
+            .map(|tag| {
+                let attach = attach.clone();
+                let device = DeviceSpec {
+                    tag: tag.to_string(),
+                    socket: dir.path().join(format!("{tag}.sock")),
+                };
+                std::thread::spawn(move || attach.attach(&device))
+            })
+            .collect();
+        for call in calls {
+            call.join()
+                .unwrap()
+                .expect("each attach finds its own free port");
+        }
+        // Wait for the fake to see both connections closed.
+        let start = Instant::now();
+        while machine.lock().unwrap().open > 0 && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let m = machine.lock().unwrap();
+        assert_eq!(m.most_open, 1, "one connection to the monitor at a time");
+        let plugged: Vec<_> = m.ports.values().flatten().cloned().collect();
+        assert_eq!(plugged.len(), 2, "{:?}", m.ports);
     }
 }
