@@ -212,7 +212,7 @@ mod tests {
     use serde_json::{Value, json};
     use std::collections::BTreeMap;
     use std::io::{BufRead, BufReader, Write};
-    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::os::unix::net::UnixListener;
     use std::sync::Arc;
 
     /// What the fake monitor holds: chardevs, and which device sits in each root port.
