@@ -216,6 +216,12 @@ impl ShimService {
             .try_lock(format!("target {}", target.display()))
             .map_err(PublishError::from)?;
         let record = self.staged_at(&req.volume_id, &staging)?;
+        // Publishes of one volume into two pods each mount its device at the staging path if
+        // it is not there: one at a time, or both would find it missing and mount it twice.
+        let _volume = self
+            .locks
+            .try_lock(format!("volume {}", record.volume_id))
+            .map_err(PublishError::from)?;
         let context = |k: &str| req.volume_context.get(k).cloned().unwrap_or_default();
         let mode = req
             .volume_capability
