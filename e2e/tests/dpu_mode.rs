@@ -232,6 +232,15 @@ async fn a_guest_host_mounts_the_volumes_its_dpu_stages() {
     let Some(assets) = GuestAssets::get("a_guest_host_mounts_the_volumes_its_dpu_stages") else {
         return;
     };
+    // Built (when not up to date) before the clock starts.
+    for (binary, package) in [
+        ("dpufs-csi", "dpufs-csi"),
+        ("dpufs", "dpufs"),
+        ("dpufs-engine", "dpufs-engine"),
+        ("tcp-to-unix", "dpufs-e2e"),
+    ] {
+        dpufs_e2e::binary(binary, package);
+    }
     let mut steps = Steps::new();
     let mut dpu = DpuBed::start().await;
     let vol_a = dpu.bed.create("claim-a", "ns-a").await.volume_id;
