@@ -6,6 +6,11 @@
 //!
 //! OpenSSL, as everywhere else in dpufs (the DAOS management channel needs a cipher rustls
 //! does not speak), through tokio-openssl.
+//!
+//! The embedded engine's server (`engine/src/tls.rs`, DAOS's TLS 1.2 with the client's CN per
+//! call) accepts connections the same way; the two stay apart on purpose: the engine and the
+//! driver share only the wire (`dpufs-proto`), and a TLS accept loop on tokio is no wire
+//! vocabulary that crate should carry.
 
 use hyper_util::rt::TokioIo;
 use openssl::ssl::{
@@ -175,7 +180,8 @@ impl AsyncWrite for TlsConn {
 
 /// The connections of `listener` that complete the handshake. Each handshake runs in a task
 /// of its own (a client that stalls holds up nobody) and has 10 s; a refused one is logged
-/// with the peer's address and dropped.
+/// with the peer's address and dropped. Once the stream is dropped (the server stopped), the
+/// listener is closed and its port free again.
 pub fn incoming(
     listener: TcpListener,
     acceptor: SslAcceptor,
@@ -184,7 +190,11 @@ pub fn incoming(
     let acceptor = Arc::new(acceptor);
     tokio::spawn(async move {
         loop {
-            let (tcp, peer) = match listener.accept().await {
+            let accepted = tokio::select! {
+                () = tx.closed() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let (tcp, peer) = match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
@@ -300,6 +310,29 @@ mod tests {
             tls_key: None,
         };
         assert!(matches!(args.files(), Err(TlsError::Missing("--tls-key"))));
+    }
+
+    #[tokio::test]
+    async fn a_stopped_server_lets_its_port_go() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = SslAcceptor::mozilla_modern_v5(SslMethod::tls_server())
+            .unwrap()
+            .build();
+        let stream = incoming(listener, acceptor);
+        assert!(
+            TcpListener::bind(addr).await.is_err(),
+            "served: the port is taken"
+        );
+        drop(stream);
+        let start = std::time::Instant::now();
+        while TcpListener::bind(addr).await.is_err() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(5),
+                "{addr} still taken after the server stopped"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
     }
 
     #[test]
