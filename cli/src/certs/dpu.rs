@@ -5,6 +5,10 @@
 //! CA, and each side trusts only it: a client without a certificate of this CA is refused.
 //!
 //! The CA is separate from the DAOS CA on purpose: a certificate of one never opens the other.
+//! For the same reason the builder here is not `dpufs_daos::certs`'s: that one makes DAOS's set
+//! with DAOS's conventions (RSA 3072, SHA-512, O=DAOS, DAOS's file names and modes) inside the
+//! DAOS client crate; this channel is dpufs's own (P-256, subject alternative names), and the
+//! fields the two share (serial, validity, names) are a few openssl calls each.
 
 use openssl::asn1::Asn1Time;
 use openssl::bn::{BigNum, MsbOption};
