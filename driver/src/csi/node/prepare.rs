@@ -5,8 +5,9 @@
 //! [`Stager::plan`] resolves the volume's tenant from its container (the request record the
 //! controller wrote — never from the caller) and writes nothing; [`Planned::write`] then signs
 //! the worker a capability for exactly that container as the node agent, writes the QoS file
-//! and the stage record, and returns the worker's arguments ([`Stager::prepare`] does both). The caller then has the keeper attach and serve the volume
-//! ([`crate::launcher::ensure_volume`]) and, if that fails, calls [`Prepared::discard`].
+//! and the stage record, and returns the worker's arguments ([`Stager::prepare`] does both).
+//! [`Stager::serve`] then has the keeper attach the volume (a FUSE mount at the staging path, or
+//! a vhost-user socket) and serve it with a worker, undoing a first stage's files if it cannot.
 //! [`Stager::release`] undoes it: the keeper stops the worker and lets the volume go, then the
 //! files go.
 
@@ -17,6 +18,7 @@ use crate::csi::error::{StageError, TenantError};
 use crate::csi::label::REQUEST_ATTR;
 use crate::csi::qos;
 use crate::csi::volume_id::{VolumeId, VolumeIdError};
+use crate::launcher::{Attachment, VolumeState, WantedVolume, ensure_volume};
 use dpufs_node_api::keeper::{Reply, Request as KeeperRequest};
 use dpufs_node_api::qos::QosLimits;
 use std::path::{Path, PathBuf};
@@ -128,7 +130,7 @@ pub struct Prepared {
 impl Prepared {
     /// After a failed attach: a first stage leaves nothing behind; a repeated one keeps the
     /// record of what is attached.
-    pub fn discard(&self) {
+    fn discard(&self) {
         if self.new {
             for f in [&self.files.record, &self.files.capability, &self.files.qos] {
                 let _ = std::fs::remove_file(f);
@@ -307,6 +309,30 @@ impl Stager {
             });
         }
         Ok(())
+    }
+
+    /// The keeper attaches `prepared` as `attachment` and serves it with its worker
+    /// ([`crate::launcher::ensure_volume`]: what the keeper serves already is adopted, not
+    /// served twice). When it cannot, a first stage leaves no file behind
+    /// ([`Prepared::discard`]); a repeated one keeps the record of what is attached.
+    pub async fn serve(
+        &self,
+        prepared: &Prepared,
+        attachment: Attachment,
+    ) -> Result<VolumeState, StageError> {
+        let want = WantedVolume {
+            name: prepared.files.keeper_volume.clone(),
+            attachment,
+            worker_args: prepared.worker_args.clone(),
+        };
+        let state_dir = self.state_dir.clone();
+        tokio::task::spawn_blocking(move || ensure_volume(&state_dir, &want))
+            .await
+            .map_err(|e| node_err("the keeper call")(e.to_string()))
+            .and_then(|r| {
+                r.map_err(|e| node_err("attaching through the mount keeper")(format!("{e:#}")))
+            })
+            .inspect_err(|_| prepared.discard())
     }
 
     /// The keeper stops the volume's worker and lets the volume go (unmounts it, or closes

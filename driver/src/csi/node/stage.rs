@@ -4,7 +4,7 @@
 //! tenant from the volume's container, never from the caller's volume context, so a
 //! PersistentVolume written by hand cannot claim another tenant's container; the capability;
 //! the record), then the keeper mounts the staging path and starts the worker
-//! ([`crate::launcher::ensure_volume`]: a volume the keeper already serves is adopted, not
+//! ([`super::prepare::Stager::serve`]: a volume the keeper already serves is adopted, not
 //! served twice).
 
 use super::prepare::{node_err, parse_id};
@@ -12,7 +12,7 @@ use super::{NodeService, is_directory, node_path, reader_only};
 use crate::csi::controller::check_capability;
 use crate::csi::error::{PathError, StageError};
 use crate::csi::volume_id::VolumeId;
-use crate::launcher::{Attachment, WantedVolume, ensure_volume};
+use crate::launcher::Attachment;
 use dpufs_proto::csi::v1::{NodeStageVolumeRequest, NodeUnstageVolumeRequest};
 use std::path::{Path, PathBuf};
 
@@ -22,19 +22,10 @@ impl NodeService {
         let (id, staging, read_only) = stage_request(&req, &self.config.mount_root)?;
         let _guard = self.locks.try_lock(format!("volume {id}"))?;
         let prepared = self.stager.prepare(&id, &staging, read_only).await?;
-        let want = WantedVolume {
-            name: prepared.files.keeper_volume.clone(),
-            attachment: Attachment::Mount(staging),
-            worker_args: prepared.worker_args.clone(),
-        };
-        let state_dir = self.config.state_dir.clone();
-        let served = tokio::task::spawn_blocking(move || ensure_volume(&state_dir, &want))
-            .await
-            .map_err(|e| node_err("the keeper call")(e.to_string()))
-            .and_then(|r| {
-                r.map_err(|e| node_err("mounting through the mount keeper")(format!("{e:#}")))
-            });
-        let served = served.inspect_err(|_| prepared.discard())?;
+        let served = self
+            .stager
+            .serve(&prepared, Attachment::Mount(staging))
+            .await?;
         tracing::info!(volume_id = %id, tenant = %prepared.volume.tenant, ?served, "volume staged");
         Ok(())
     }

@@ -30,7 +30,7 @@ use crate::csi::volume_id::VolumeId;
 use crate::dpu::attach::{Attach, DeviceSpec};
 use crate::dpu::pairing;
 use crate::dpu::tag::tag_of;
-use crate::launcher::{Attachment, WantedVolume, ensure_volume};
+use crate::launcher::Attachment;
 use dpufs_proto::dpu::v1::DeviceTransport;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -226,23 +226,10 @@ impl Agent {
             detail: e.to_string(),
         })?;
         // The keeper starts the worker with the export's transport (vhost-user-fs).
-        let want = WantedVolume {
-            name: prepared.files.keeper_volume.clone(),
-            attachment: Attachment::VhostUser {
-                socket: device.socket.clone(),
-            },
-            worker_args: prepared.worker_args.clone(),
+        let export = Attachment::VhostUser {
+            socket: device.socket.clone(),
         };
-        let state_dir = self.stager.state_dir().to_path_buf();
-        let served = tokio::task::spawn_blocking(move || ensure_volume(&state_dir, &want))
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| format!("{e:#}")))
-            .map_err(|detail| crate::csi::error::StageError::Node {
-                step: "exporting through the mount keeper".into(),
-                detail,
-            })
-            .inspect_err(|_| prepared.discard())?;
+        let served = self.stager.serve(&prepared, export).await?;
         self.run_attach(&device, true).await?;
         tracing::info!(volume_id, tenant = %prepared.volume.tenant, tag = %device.tag, ?served, "volume staged on the DPU");
         Ok(device)
