@@ -112,43 +112,6 @@ async fn a_host_cannot_stage_for_a_pod_the_api_server_does_not_show() {
         .pod_with_volume("ns-a", "thief", HOST_NODE, &theirs)
         .await;
     let far = dpu.pod_with_volume("ns-a", "far", "host-2", &mine).await;
-    let mut client = dpu.client();
-    refused(
-        client
-            .stage_volume(stage_request(
-                &theirs,
-                HOST_NODE,
-                ("ns-a", "thief", &stolen),
-            ))
-            .await,
-        Code::PermissionDenied,
-        &["ns-a", "team-a", "team-b"],
-    );
-    // The host lies: tenant A's pod, said to be in B's namespace.
-    refused(
-        client
-            .stage_volume(stage_request(&theirs, HOST_NODE, ("ns-b", "trainer", &a)))
-            .await,
-        Code::PermissionDenied,
-        &["ns-b/trainer", "does not exist"],
-    );
-    // The host lies: B's pod's name with A's pod's UID.
-    refused(
-        client
-            .stage_volume(stage_request(&theirs, HOST_NODE, ("ns-b", "other", &a)))
-            .await,
-        Code::PermissionDenied,
-        &["UID", &b],
-    );
-    // A pod of A on another node.
-    refused(
-        client
-            .stage_volume(stage_request(&mine, HOST_NODE, ("ns-a", "far", &far)))
-            .await,
-        Code::PermissionDenied,
-        &["host-2", HOST_NODE],
-    );
-    // A pod of A that has finished.
     let done = dpu.pod_with_volume("ns-a", "done", HOST_NODE, &mine).await;
     Api::<Pod>::namespaced(dpu.fake.client(), "ns-a")
         .patch_status(
@@ -158,41 +121,63 @@ async fn a_host_cannot_stage_for_a_pod_the_api_server_does_not_show() {
         )
         .await
         .expect("the pod's status");
-    refused(
-        client
-            .stage_volume(stage_request(&mine, HOST_NODE, ("ns-a", "done", &done)))
-            .await,
-        Code::PermissionDenied,
-        &["ns-a/done", "finished", "Succeeded"],
-    );
-    // A volume id that names no volume: before the API server shows a pod of this host that
-    // uses it, the host learns nothing of a volume, not even that it does not exist.
     let (pool, _) = mine.rsplit_once('/').unwrap();
     let made_up = format!("{pool}/0b8a9c55-1d2e-4f60-9a7b-8c9d0e1f2a3b");
-    refused(
-        client
-            .stage_volume(stage_request(&made_up, HOST_NODE, ("ns-a", "trainer", &a)))
-            .await,
-        Code::PermissionDenied,
-        &["ns-a/trainer", "uses no PersistentVolumeClaim"],
-    );
-    // A's pod asking for a volume its claim is not bound to.
     let third = dpu.bed.create("vol-c", "ns-a").await.volume_id;
-    refused(
-        client
-            .stage_volume(stage_request(&third, HOST_NODE, ("ns-a", "trainer", &a)))
-            .await,
-        Code::PermissionDenied,
-        &["trainer-data", &third],
-    );
-    // Another host's name.
-    refused(
-        client
-            .stage_volume(stage_request(&mine, "host-2", ("ns-a", "trainer", &a)))
-            .await,
-        Code::PermissionDenied,
-        &[HOST_NODE, "host-2"],
-    );
+    let mut client = dpu.client();
+    // Each: PERMISSION_DENIED, the message naming what did not match.
+    let refusals = [
+        (
+            "tenant A's pod, with a claim of its own bound to tenant B's volume (a \
+             PersistentVolume written by hand): the namespace does not belong to B's tenant",
+            stage_request(&theirs, HOST_NODE, ("ns-a", "thief", &stolen)),
+            vec!["ns-a", "team-a", "team-b"],
+        ),
+        (
+            "the host lies: tenant A's pod, said to be in B's namespace",
+            stage_request(&theirs, HOST_NODE, ("ns-b", "trainer", &a)),
+            vec!["ns-b/trainer", "does not exist"],
+        ),
+        (
+            "the host lies: B's pod's name with A's pod's UID",
+            stage_request(&theirs, HOST_NODE, ("ns-b", "other", &a)),
+            vec!["UID", &b],
+        ),
+        (
+            "a pod of A on another node",
+            stage_request(&mine, HOST_NODE, ("ns-a", "far", &far)),
+            vec!["host-2", HOST_NODE],
+        ),
+        (
+            "a pod of A that has finished",
+            stage_request(&mine, HOST_NODE, ("ns-a", "done", &done)),
+            vec!["ns-a/done", "finished", "Succeeded"],
+        ),
+        (
+            "a volume id that names no volume: before the API server shows a pod of this host \
+             that uses it, the host learns nothing of a volume, not even that it does not exist",
+            stage_request(&made_up, HOST_NODE, ("ns-a", "trainer", &a)),
+            vec!["ns-a/trainer", "uses no PersistentVolumeClaim"],
+        ),
+        (
+            "A's pod asking for a volume its claim is not bound to",
+            stage_request(&third, HOST_NODE, ("ns-a", "trainer", &a)),
+            vec!["trainer-data", &third],
+        ),
+        (
+            "another host's name",
+            stage_request(&mine, "host-2", ("ns-a", "trainer", &a)),
+            vec![HOST_NODE, "host-2"],
+        ),
+    ];
+    for (case, request, words) in refusals {
+        eprintln!("case: {case}");
+        refused(
+            client.stage_volume(request).await,
+            Code::PermissionDenied,
+            &words,
+        );
+    }
     // No pod.
     let mut no_pod = stage_request(&mine, HOST_NODE, ("ns-a", "trainer", &a));
     no_pod.pod = None;
