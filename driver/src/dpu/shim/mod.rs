@@ -355,13 +355,19 @@ impl ShimService {
                     message: c.message,
                 }),
             },
-            Err(why) => csi::NodeGetVolumeStatsResponse {
-                usage: crate::csi::node::stats::usage_of(&path).unwrap_or_default(),
-                volume_condition: Some(csi::VolumeCondition {
-                    abnormal: true,
-                    message: why,
-                }),
-            },
+            Err(why) => {
+                let (usage, message) = match host_usage(path).await {
+                    Ok(usage) => (usage, why),
+                    Err(e) => (vec![], format!("{why}; the mount does not answer: {e}")),
+                };
+                csi::NodeGetVolumeStatsResponse {
+                    usage,
+                    volume_condition: Some(csi::VolumeCondition {
+                        abnormal: true,
+                        message,
+                    }),
+                }
+            }
         })
     }
 
@@ -382,6 +388,22 @@ impl ShimService {
             max_volumes_per_node: self.config.max_volumes,
             accessible_topology: Some(csi::Topology { segments }),
         })
+    }
+}
+
+/// How long the host's own statfs of a device may take when the agent does not answer.
+const HOST_STATFS_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The host's view of the device mounted at `path`, when the agent cannot say. The device may
+/// be as unreachable as the agent, and a virtio-fs request whose server is gone is never
+/// answered: the statfs runs off the runtime's threads and is given up after
+/// [`HOST_STATFS_WITHIN`] (its thread stays blocked until the device answers).
+async fn host_usage(path: PathBuf) -> Result<Vec<csi::VolumeUsage>, String> {
+    let statfs = tokio::task::spawn_blocking(move || crate::csi::node::stats::usage_of(&path));
+    match tokio::time::timeout(HOST_STATFS_WITHIN, statfs).await {
+        Ok(Ok(usage)) => usage.map_err(|e| e.to_string()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer in {HOST_STATFS_WITHIN:?}")),
     }
 }
 
