@@ -318,7 +318,11 @@ mod tests {
         // one may already have been taken.)
         let m = machine.lock().unwrap();
         let switches = m.commands.windows(2).filter(|w| w[0] != w[1]).count();
-        assert_eq!(switches, 1, "one attach at a time on the monitor: {:?}", m.commands);
+        assert_eq!(
+            switches, 1,
+            "one attach at a time on the monitor: {:?}",
+            m.commands
+        );
         let plugged: Vec<_> = m.ports.values().flatten().cloned().collect();
         assert_eq!(plugged.len(), 2, "{:?}", m.ports);
     }
