@@ -7,7 +7,7 @@
 //! ```no_run
 //! # use dpufs_e2e::guest::{Guest, GuestAssets};
 //! # use std::time::Duration;
-//! let Some(assets) = GuestAssets::get("my_test") else { return }; // SKIPPED, loudly
+//! let Some(assets) = GuestAssets::get("my_test") else { return Ok(()) }; // SKIPPED, loudly
 //! let run = Guest::builder(&assets)
 //!     .virtiofs("vol", "/tmp/vol.sock") // the backend must be listening already
 //!     .script("echo RESULT size=$(stat -c %s /mnt/vol/file)")
@@ -15,7 +15,7 @@
 //!     .wait(Duration::from_secs(90))?;
 //! assert_eq!(run.rc, 0);
 //! assert_eq!(run.result("size"), Some("42"));
-//! # anyhow::Ok(())
+//! # Ok::<(), anyhow::Error>(())
 //! ```
 //!
 //! QEMU runs with TCG (KVM does not work on these machines), one guest at a time across all
