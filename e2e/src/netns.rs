@@ -157,7 +157,8 @@ fn enter(netns: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn ip(args: &[&str]) -> anyhow::Result<()> {
+/// Runs `ip ARGS` (iproute2), its stderr in the error.
+pub(crate) fn ip(args: &[&str]) -> anyhow::Result<()> {
     let out = Command::new("ip")
         .args(args)
         .output()

@@ -1,9 +1,8 @@
 //! A guest's network cards: QEMU's user-mode network (slirp: the guest reaches every TCP address
 //! the QEMU process can, the host side is 10.0.2.2) and tap devices on the machine.
 
-use anyhow::{Context, bail};
+use crate::netns::ip;
 use std::net::Ipv4Addr;
-use std::process::Command;
 
 /// The guest's address on QEMU's user-mode network (QEMU's default).
 pub const USER_NET_GUEST: &str = "10.0.2.15/24";
@@ -119,19 +118,4 @@ impl Drop for TapDevice {
             eprintln!("removing tap device {}: {e:#}", self.name);
         }
     }
-}
-
-fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("running ip")?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
 }
