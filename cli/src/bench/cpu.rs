@@ -1,5 +1,6 @@
 //! CPU time of the processes that serve a target (FUSE daemon, engine, chunk servers), read
-//! from /proc so peers are charged the same way as dpufs.
+//! from /proc so peers are charged the same way as dpufs; and of the benchmark's own work
+//! (its threads and the tools it runs), from getrusage.
 
 use std::collections::HashMap;
 
@@ -65,7 +66,31 @@ pub fn spent(before: &HashMap<u32, f64>, after: &HashMap<u32, f64>) -> f64 {
         .iter()
         .map(|(pid, t)| t - before.get(pid).copied().unwrap_or(0.0))
         .filter(|d| *d > 0.0)
-        .sum()
+        // Not sum(): the sum of nothing is -0.0, which reports read as "-0.0 s".
+        .fold(0.0, |total, d| total + d)
+}
+
+/// User + system seconds of `who` per getrusage(2).
+fn rusage_s(who: libc::c_int) -> f64 {
+    // SAFETY: rusage is plain integers, for which all zeroes is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: usage is a valid rusage to write into. getrusage fails only for an unknown `who`.
+    if unsafe { libc::getrusage(who, &mut usage) } != 0 {
+        return 0.0;
+    }
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// CPU seconds the calling thread has spent so far.
+pub fn thread_s() -> f64 {
+    rusage_s(libc::RUSAGE_THREAD)
+}
+
+/// CPU seconds of this process's children that have been waited for so far (the tools a
+/// benchmark runs: std::process waits for them).
+pub fn children_s() -> f64 {
+    rusage_s(libc::RUSAGE_CHILDREN)
 }
 
 #[cfg(test)]
@@ -105,5 +130,32 @@ mod tests {
         std::hint::black_box(x);
         let after = snapshot(&names);
         assert!(spent(&before, &after) >= 0.15, "{before:?} → {after:?}");
+    }
+
+    #[test]
+    fn charges_the_tools_run_to_their_parent_once_waited_for() {
+        let before = children_s();
+        // A shell loop burns CPU in the child only.
+        let status = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert!(children_s() > before, "{before} → {}", children_s());
+    }
+
+    #[test]
+    fn a_thread_is_charged_for_its_own_work_only() {
+        let busy = std::thread::spawn(|| {
+            let start = thread_s();
+            let mut x = 0u64;
+            while thread_s() - start < 0.05 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+        });
+        busy.join().unwrap();
+        // A thread that did nothing has spent next to nothing, however busy the process was.
+        let idle = std::thread::spawn(thread_s).join().unwrap();
+        assert!(idle < 0.05, "{idle}");
     }
 }

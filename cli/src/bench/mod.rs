@@ -5,10 +5,12 @@
 //! and ratios to the baseline (the engine's backing directory: the local limit). The protocol
 //! is fixed and printed with the results: caches dropped before every read run, read files
 //! laid out once with fsync, write runs start from no file and end with fsync (`end_fsync=1`),
-//! the same for every target, peers included.
+//! the same for every target, peers included. `dpufs bench meta` (meta/) measures metadata and
+//! small files with the same targets, rotation and CPU accounting.
 
 mod cpu;
 mod fio;
+mod meta;
 mod report;
 
 use crate::size::parse_size;
@@ -32,10 +34,15 @@ pub struct BenchArgs {
 enum BenchSub {
     /// The fabric benchmarks (RDMA vs plain TCP between two processes), from a source tree.
     Fabric,
+    /// Metadata and small files side by side: mdtest-like phases and a source-like tree
+    /// through cp, ls, find, tar and rm.
+    // Boxed: its arguments would make every `dpufs` command as large as they are.
+    Meta(Box<meta::MetaArgs>),
 }
 
+/// What every side-by-side benchmark takes: the targets, the rounds, where the reports go.
 #[derive(Debug, Args)]
-struct MatrixArgs {
+struct TargetArgs {
     /// The mount under test, NAME=PATH[@PROC,...] (PROCs: the processes whose CPU time is
     /// charged to it; known names get defaults: dpufs, moosefs, glusterfs).
     #[arg(long = "target", value_parser = parse_target)]
@@ -46,15 +53,69 @@ struct MatrixArgs {
     /// A comparison mount, NAME=PATH[@PROC,...] (repeatable; see bench/peers.sh).
     #[arg(long = "peer", value_parser = parse_target)]
     peers: Vec<Target>,
+    /// Rounds; the report gives the median.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Where the JSON and Markdown reports go.
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+}
+
+/// The checked targets of one run, in report order: targets, baseline, peers.
+#[derive(Clone, Debug)]
+struct Lineup {
+    all: Vec<Target>,
+    baseline: String,
+    peers: Vec<String>,
+}
+
+impl TargetArgs {
+    /// The lineup, once this process may drop caches and every target is a directory.
+    fn lineup(&self, verb: &str) -> anyhow::Result<Lineup> {
+        let Some(baseline) = self.baseline.clone() else {
+            bail!(
+                "give --baseline NAME=PATH (the engine's backing directory) and --target NAME=PATH"
+            );
+        };
+        if !rustix::process::geteuid().is_root() {
+            bail!(
+                "{verb} drops the page cache between runs (/proc/sys/vm/drop_caches), \
+                 which needs root: run it as root"
+            );
+        }
+        let mut all = self.targets.clone();
+        all.push(baseline.clone());
+        all.extend(self.peers.iter().cloned());
+        for t in &all {
+            if !t.path.is_dir() {
+                bail!("{}: {} is not a directory", t.name, t.path.display());
+            }
+        }
+        Ok(Lineup {
+            all,
+            baseline: baseline.name,
+            peers: self.peers.iter().map(|p| p.name.clone()).collect(),
+        })
+    }
+}
+
+/// The order in which the targets take turns at `case` of `round`: who goes first changes
+/// with every case and round, since the first run after a layout or a write run can meet a
+/// busier disk, and drift on a shared machine should hit all targets alike.
+fn turns(targets: usize, round: usize, case: usize) -> impl Iterator<Item = usize> {
+    (0..targets).map(move |i| (i + round + case) % targets)
+}
+
+#[derive(Debug, Args)]
+struct MatrixArgs {
+    #[command(flatten)]
+    common: TargetArgs,
     /// File size per job.
     #[arg(long, value_parser = parse_size, default_value = "1G")]
     size: u64,
     /// Measured seconds per run.
     #[arg(long, default_value_t = 10.0)]
     runtime: f64,
-    /// Rounds; the report gives the median.
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
     /// Job counts.
     #[arg(long, value_delimiter = ',', default_value = "1,4")]
     jobs: Vec<u32>,
@@ -74,9 +135,6 @@ struct MatrixArgs {
     /// Queue depth per job (async engines).
     #[arg(long, default_value_t = 1)]
     iodepth: u32,
-    /// Where the JSON and Markdown reports go.
-    #[arg(long, default_value = "bench-results")]
-    out: PathBuf,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -155,6 +213,7 @@ impl Sample {
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.sub {
         Some(BenchSub::Fabric) => fabric(),
+        Some(BenchSub::Meta(a)) => tokio::task::spawn_blocking(move || meta::run(*a)).await?,
         None => tokio::task::spawn_blocking(move || matrix(args.matrix)).await?,
     }
 }
@@ -172,17 +231,8 @@ fn fabric() -> anyhow::Result<()> {
 }
 
 fn matrix(a: MatrixArgs) -> anyhow::Result<()> {
-    let Some(baseline) = a.baseline.clone() else {
-        bail!("give --baseline NAME=PATH (the engine's backing directory) and --target NAME=PATH");
-    };
-    let mut targets = a.targets.clone();
-    targets.push(baseline.clone());
-    targets.extend(a.peers.iter().cloned());
-    for t in &targets {
-        if !t.path.is_dir() {
-            bail!("{}: {} is not a directory", t.name, t.path.display());
-        }
-    }
+    let lineup = a.common.lineup("dpufs bench")?;
+    let targets = &lineup.all;
     let protocol = Protocol {
         size: a.size,
         runtime: Duration::from_secs_f64(a.runtime),
@@ -190,15 +240,14 @@ fn matrix(a: MatrixArgs) -> anyhow::Result<()> {
         iodepth: a.iodepth,
     };
     let cases = cases(&a);
-    eprintln!("{}", report::protocol_text(&protocol, &targets, a.rounds));
-    lay_out(&targets, &cases, &protocol)?;
+    let rounds = a.common.rounds;
+    eprintln!("{}", report::protocol_text(&protocol, targets, rounds));
+    lay_out(targets, &cases, &protocol)?;
     let mut runs = Vec::new();
-    for round in 0..a.rounds {
+    for round in 0..rounds {
         for (c, case) in cases.iter().enumerate() {
-            // Who goes first changes with every case and round: the first run after a
-            // layout or a write run can meet a busier disk.
-            for i in 0..targets.len() {
-                let target = &targets[(i + round + c) % targets.len()];
+            for i in turns(targets.len(), round, c) {
+                let target = &targets[i];
                 let result = run_one(target, case, &protocol).map_err(|e| format!("{e:#}"));
                 match &result {
                     Ok(s) => eprintln!(
@@ -222,12 +271,19 @@ fn matrix(a: MatrixArgs) -> anyhow::Result<()> {
             }
         }
     }
-    for t in &targets {
+    for t in targets {
         // Leave the targets as found.
         let _ = fio::remove_files(&t.path, fio::WRITE_FILES);
         let _ = fio::remove_files(&t.path, fio::READ_FILES);
     }
-    report::write(&a.out, &protocol, &targets, &baseline.name, &cases, &runs)
+    report::write(
+        &a.common.out,
+        &protocol,
+        targets,
+        &lineup.baseline,
+        &cases,
+        &runs,
+    )
 }
 
 fn cases(a: &MatrixArgs) -> Vec<Case> {
@@ -285,10 +341,16 @@ fn run_one(target: &Target, case: &Case, protocol: &Protocol) -> anyhow::Result<
     })
 }
 
-/// Writes dirty pages back and empties the page cache, so reads come from the target.
-fn drop_caches() -> anyhow::Result<()> {
+/// Writes every file system's dirty pages back, so no earlier run's write-back lands in the next.
+fn sync() {
     // SAFETY: sync has no preconditions.
     unsafe { libc::sync() };
+}
+
+/// Writes dirty pages back and empties the page cache, dentries and inodes, so reads and
+/// lookups come from the target.
+fn drop_caches() -> anyhow::Result<()> {
+    sync();
     std::fs::write("/proc/sys/vm/drop_caches", "3")
         .context("drop the page cache (dpufs bench must run as root)")
 }
@@ -305,5 +367,46 @@ mod tests {
         assert_eq!((t.path.to_str(), t.procs.len()), (Some("/a"), 2));
         assert!(parse_target("/just/a/path").is_err());
         assert!(parse_target("=/p").is_err());
+    }
+
+    #[test]
+    fn every_target_takes_one_turn_and_the_first_moves_on() {
+        for (round, case) in [(0, 0), (0, 1), (1, 0), (2, 5)] {
+            let mut order: Vec<usize> = turns(3, round, case).collect();
+            assert_eq!(order[0], (round + case) % 3);
+            order.sort_unstable();
+            assert_eq!(order, [0, 1, 2]);
+        }
+    }
+
+    #[test]
+    fn the_lineup_puts_targets_then_baseline_then_peers() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |name: &str| parse_target(&format!("{name}={}", dir.path().display())).unwrap();
+        let args = TargetArgs {
+            targets: vec![at("dpufs")],
+            baseline: Some(at("backing")),
+            peers: vec![at("moosefs"), at("glusterfs")],
+            rounds: 1,
+            out: dir.path().into(),
+        };
+        if !rustix::process::geteuid().is_root() {
+            let e = args.lineup("bench").unwrap_err().to_string();
+            assert!(e.contains("needs root"), "{e}");
+            return;
+        }
+        let lineup = args.lineup("bench").unwrap();
+        let names: Vec<&str> = lineup.all.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["dpufs", "backing", "moosefs", "glusterfs"]);
+        assert_eq!(
+            (lineup.baseline.as_str(), lineup.peers.len()),
+            ("backing", 2)
+        );
+        let missing = TargetArgs {
+            targets: vec![parse_target("x=/no/such/dir").unwrap()],
+            ..args
+        };
+        let e = missing.lineup("bench").unwrap_err().to_string();
+        assert!(e.contains("x: /no/such/dir is not a directory"), "{e}");
     }
 }

@@ -43,7 +43,8 @@ struct Row {
     errors: Vec<String>,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of `v`; NaN when it is empty (no run succeeded).
+pub(super) fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -143,9 +144,6 @@ pub fn write(
     let rounds = runs.iter().map(|r| r.round + 1).max().unwrap_or(0);
     let rows = rows(targets, baseline, cases, runs);
     let md = markdown(&protocol_text(protocol, targets, rounds), baseline, &rows);
-    println!("{md}");
-    std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
-    std::fs::write(out.join("report.md"), &md)?;
     let json = Json {
         protocol,
         targets,
@@ -153,8 +151,21 @@ pub fn write(
         rows: &rows,
         runs,
     };
-    std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&json)?)?;
-    eprintln!("wrote {}/report.md and report.json", out.display());
+    save(out, "report", &md, &json)
+}
+
+/// Prints the Markdown table and writes it and the JSON under `out` as NAME.md and NAME.json.
+pub(super) fn save(out: &Path, name: &str, md: &str, json: &impl Serialize) -> anyhow::Result<()> {
+    println!("{md}");
+    std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
+    let (md_path, json_path) = (
+        out.join(format!("{name}.md")),
+        out.join(format!("{name}.json")),
+    );
+    std::fs::write(&md_path, md).with_context(|| format!("write {}", md_path.display()))?;
+    std::fs::write(&json_path, serde_json::to_vec_pretty(json)?)
+        .with_context(|| format!("write {}", json_path.display()))?;
+    eprintln!("wrote {} and {}", md_path.display(), json_path.display());
     Ok(())
 }
 
