@@ -146,6 +146,11 @@ pub const XATTR_LIST_MAX: usize = 60 << 10;
 /// Largest Read or Write one call moves (`MountInfo.max_io`).
 pub const MAX_IO: usize = 1 << 20;
 
+/// Largest Read or Write carried inline in the messages (`MountInfo.max_inline`): well below
+/// the 64 KiB message limit. Below this size the copy into the message costs less than the
+/// RDMA round trip and the scoped rkey it replaces.
+pub const MAX_INLINE: usize = 16 << 10;
+
 /// Most entries in one ReadDir reply: 200 names of 255 bytes and their fields stay below the
 /// 64 KiB message limit.
 pub const READDIR_BATCH: usize = 200;

@@ -1,7 +1,9 @@
 //! [`EngineDfs`]: the [`Dfs`] interface over the embedded engine's data service.
 //!
-//! Every call is one small `DfsRequest` message over a [`DfsTransport`]; file data moves
-//! only through the request's bulk buffer, which the engine reaches by RMA. A read or write
+//! Every call is one small `DfsRequest` message over a [`DfsTransport`]. File data up to the
+//! engine's `max_inline` travels in the messages themselves (an eager message: no rkey, no
+//! RDMA round trip); larger data moves only through the request's bulk buffer, which the
+//! engine reaches by RMA. A read or write
 //! larger than the engine's `max_io` is cut into `max_io` pieces sent concurrently (a few at
 //! a time), so several chunks are on the wire at once instead of one round trip after
 //! another.
@@ -10,6 +12,7 @@ mod wire;
 
 use super::transport::{Bulk, DfsTransport};
 use super::{Attr, DfsResult, Oid, ROOT_OID};
+use dpufs_proto::dfs::MAX_INLINE;
 use dpufs_proto::engine::v1::{self as proto, dfs_reply::Result as Res, dfs_request::Op};
 use prost::Message;
 use std::sync::Arc;
@@ -28,6 +31,8 @@ pub struct MountInfo {
     pub read_only: bool,
     /// Largest read or write one request carries.
     pub max_io: usize,
+    /// Largest read or write carried in the messages themselves (no rkey); 0: none.
+    pub max_inline: usize,
 }
 
 /// A container served by the engine. See the module documentation.
@@ -79,6 +84,7 @@ impl EngineDfs {
                 chunk_size: 0,
                 read_only: true,
                 max_io: 0,
+                max_inline: 0,
             },
             next_id: AtomicU64::new(1),
             depth: DEFAULT_PIPELINE_DEPTH,
@@ -101,6 +107,8 @@ impl EngineDfs {
             chunk_size: info.chunk_size,
             read_only: info.read_only,
             max_io: info.max_io as usize,
+            // What this client is willing to copy, whatever a (newer) engine offers.
+            max_inline: (info.max_inline as usize).min(MAX_INLINE),
         };
         Ok(dfs)
     }
@@ -148,23 +156,51 @@ impl EngineDfs {
         Ok(n)
     }
 
+    /// Whether a transfer of `len` bytes goes in the messages instead of by RMA.
+    fn inline(&self, len: usize) -> bool {
+        len > 0 && len <= self.mount.max_inline
+    }
+
     fn read_piece(&self, oid: Oid, offset: u64, buf: &mut [u8]) -> DfsResult<usize> {
         let len = buf.len();
+        let inline = self.inline(len);
         let op = Op::Read(proto::Read {
             oid,
             offset,
             len: len as u32,
+            inline,
         });
-        Self::bytes_of("Read", self.call(op, Bulk::FromServer(buf))?, len)
+        if !inline {
+            return Self::bytes_of("Read", self.call(op, Bulk::FromServer(buf))?, len);
+        }
+        let data = expect("Read", self.call(op, Bulk::None)?, |r| match r {
+            Res::Data(d) => Some(d),
+            _ => None,
+        })?;
+        if data.len() > len {
+            return Err(wire::protocol_error(format!(
+                "Read returned {} of {len} bytes",
+                data.len()
+            )));
+        }
+        buf[..data.len()].copy_from_slice(&data);
+        Ok(data.len())
     }
 
     fn write_piece(&self, oid: Oid, offset: u64, data: &[u8]) -> DfsResult<()> {
+        let inline = self.inline(data.len());
         let op = Op::Write(proto::Write {
             oid,
             offset,
             len: data.len() as u32,
+            data: if inline { data.to_vec() } else { Vec::new() },
         });
-        let n = Self::bytes_of("Write", self.call(op, Bulk::ToServer(data))?, data.len())?;
+        let bulk = if inline {
+            Bulk::None
+        } else {
+            Bulk::ToServer(data)
+        };
+        let n = Self::bytes_of("Write", self.call(op, bulk)?, data.len())?;
         if n != data.len() {
             return Err(wire::protocol_error(format!(
                 "wrote {n} of {} bytes",

@@ -2,7 +2,7 @@
 //! namespace call its operation names.
 
 use super::wire::{self, attr};
-use super::{BulkIo, ConnectionContext, MAX_IO, READDIR_BATCH, Volumes};
+use super::{BulkIo, ConnectionContext, MAX_INLINE, MAX_IO, READDIR_BATCH, Volumes};
 use crate::namespace::{DfsError, DfsResult, Errno, IoBuf, Namespace, ROOT, XattrSet};
 use dpufs_proto::dfs::XATTR_LIST_MAX;
 use dpufs_proto::engine::v1::{self as proto, dfs_reply::Result as Res, dfs_request::Op};
@@ -77,6 +77,18 @@ fn io_len(len: u32, bulk: &dyn BulkIo) -> DfsResult<usize> {
     Ok(len)
 }
 
+/// Checks the length of an inline Read or Write against the inline limit.
+fn inline_len(len: u32) -> DfsResult<usize> {
+    let len = len as usize;
+    if len > MAX_INLINE {
+        return Err(DfsError::new(
+            Errno::INVAL,
+            format!("{len} bytes exceed max_inline {MAX_INLINE}"),
+        ));
+    }
+    Ok(len)
+}
+
 fn bulk_failed(e: std::io::Error) -> DfsError {
     DfsError::new(Errno::IO, format!("bulk transfer failed: {e}"))
 }
@@ -109,6 +121,7 @@ pub fn run(
             chunk_size: ns.chunk_size(),
             read_only: ctx.read_only(),
             max_io: MAX_IO as u32,
+            max_inline: MAX_INLINE as u32,
         }),
         Op::Lookup(l) => Res::Attr(attr(&ns.lookup(l.parent, &l.name)?)),
         Op::Getattr(g) => Res::Attr(attr(&ns.getattr(g.oid)?)),
@@ -137,6 +150,12 @@ pub fn run(
             return Ok(None);
         }
         Op::Open(o) => Res::Attr(attr(&ns.open_object(o.oid, o.write)?)),
+        Op::Read(r) if r.inline => {
+            let mut data = vec![0; inline_len(r.len)?];
+            let n = ns.read(r.oid, r.offset, &mut data)?;
+            data.truncate(n);
+            Res::Data(data)
+        }
         Op::Read(r) => {
             let len = io_len(r.len, bulk)?;
             // Read straight into the transfer's memory; nothing read (end of file, an empty
@@ -148,6 +167,16 @@ pub fn run(
             };
             bulk.push_from(0, len, &mut produce).map_err(bulk_failed)?;
             Res::Bytes(read? as u32)
+        }
+        Op::Write(w) if !w.data.is_empty() => {
+            if w.data.len() != inline_len(w.len)? {
+                return Err(DfsError::new(
+                    Errno::INVAL,
+                    format!("len {} but {} inline bytes", w.len, w.data.len()),
+                ));
+            }
+            ns.write(w.oid, w.offset, &w.data)?;
+            Res::Bytes(w.len)
         }
         Op::Write(w) if w.len as usize >= WRITE_BEHIND_MIN => {
             let len = io_len(w.len, bulk)?;

@@ -28,7 +28,7 @@ use prost::Message;
 use std::io;
 use std::sync::Arc;
 
-pub use dpufs_proto::dfs::{MAX_IO, READDIR_BATCH};
+pub use dpufs_proto::dfs::{MAX_INLINE, MAX_IO, READDIR_BATCH};
 
 /// The client's buffer a Read or Write moves data through: a scoped rkey over the client's
 /// registered memory, or a plain buffer in tests.

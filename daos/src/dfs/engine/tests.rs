@@ -13,6 +13,10 @@ struct FakeEngine {
     requests: AtomicUsize,
     fail_with: Mutex<Option<DfsError>>,
     wrong_id: std::sync::atomic::AtomicBool,
+    /// What the fake offers at mount as `max_inline`.
+    max_inline: usize,
+    /// Reads and writes that came inline (no bulk).
+    inline_calls: AtomicUsize,
 }
 
 const MAX_IO: usize = 1000;
@@ -43,7 +47,21 @@ impl DfsTransport for FakeEngine {
                     chunk_size: 4096,
                     read_only: false,
                     max_io: MAX_IO as u32,
+                    max_inline: self.max_inline as u32,
                 }))
+            }
+            (Op::Read(r), Bulk::None) if r.inline => {
+                self.inline_calls.fetch_add(1, Ordering::SeqCst);
+                let file = self.file.lock().unwrap();
+                let start = (r.offset as usize).min(file.len());
+                let end = (start + r.len as usize).min(file.len());
+                reply.result = Some(Res::Data(file[start..end].to_vec()));
+            }
+            (Op::Write(w), Bulk::None) if !w.data.is_empty() => {
+                self.inline_calls.fetch_add(1, Ordering::SeqCst);
+                assert_eq!(w.len as usize, w.data.len());
+                self.store(w.offset as usize, &w.data);
+                reply.result = Some(Res::Bytes(w.len));
             }
             (Op::Read(r), Bulk::FromServer(buf)) => {
                 assert!(r.len as usize <= MAX_IO && r.len as usize == buf.len());
@@ -56,12 +74,8 @@ impl DfsTransport for FakeEngine {
             }
             (Op::Write(w), Bulk::ToServer(data)) => {
                 assert!(w.len as usize <= MAX_IO && w.len as usize == data.len());
-                let mut file = self.file.lock().unwrap();
-                let end = w.offset as usize + data.len();
-                if file.len() < end {
-                    file.resize(end, 0);
-                }
-                file[w.offset as usize..end].copy_from_slice(data);
+                assert!(w.data.is_empty(), "inline bytes and a bulk buffer");
+                self.store(w.offset as usize, data);
                 moved = data.len();
                 reply.result = Some(Res::Bytes(data.len() as u32));
             }
@@ -76,6 +90,17 @@ impl DfsTransport for FakeEngine {
             message: reply.encode_to_vec(),
             bulk_bytes: moved,
         })
+    }
+}
+
+impl FakeEngine {
+    fn store(&self, offset: usize, data: &[u8]) {
+        let mut file = self.file.lock().unwrap();
+        let end = offset + data.len();
+        if file.len() < end {
+            file.resize(end, 0);
+        }
+        file[offset..end].copy_from_slice(data);
     }
 }
 
@@ -156,4 +181,39 @@ fn oversized_xattrs_are_refused_before_sending() {
     let e = dfs.setxattr(2, "user.x", &vec![0; XATTR_VALUE_MAX + 1], XattrMode::Any);
     assert_eq!(e.unwrap_err().errno, Errno(libc::E2BIG));
     assert_eq!(fake.requests.load(Ordering::SeqCst), before);
+}
+
+#[test]
+fn small_transfers_go_inline_when_the_engine_offers_it() {
+    let fake = Arc::new(FakeEngine {
+        max_inline: 300,
+        ..Default::default()
+    });
+    let dfs = EngineDfs::mount(fake.clone()).unwrap();
+    assert_eq!(dfs.mount_info().max_inline, 300);
+    dfs.write(2, 10, &[7; 300]).unwrap();
+    assert_eq!(fake.inline_calls.load(Ordering::SeqCst), 1);
+    // One byte over the limit goes by bulk, as does every piece of a large transfer.
+    dfs.write(2, 310, &[8; 301]).unwrap();
+    dfs.write(2, 611, &[9; 2500]).unwrap();
+    assert_eq!(fake.inline_calls.load(Ordering::SeqCst), 1);
+    let mut back = vec![0xAA; 200];
+    // The file ends 111 bytes in: a short inline read fills only those.
+    assert_eq!(dfs.read(2, 3000, &mut back).unwrap(), 111);
+    assert_eq!((back[0], back[110], back[111]), (9, 9, 0xAA));
+    assert_eq!(fake.inline_calls.load(Ordering::SeqCst), 2);
+    let mut all = vec![0; 3111];
+    assert_eq!(dfs.read(2, 0, &mut all).unwrap(), 3111);
+    assert_eq!(
+        (all[9], all[10], all[309], all[310], all[611]),
+        (0, 7, 7, 8, 9)
+    );
+}
+
+#[test]
+fn no_inline_transfers_without_the_engine_offering_them() {
+    let (fake, dfs) = mounted();
+    dfs.write(2, 0, &[1; 10]).unwrap();
+    dfs.read(2, 0, &mut [0; 10]).unwrap();
+    assert_eq!(fake.inline_calls.load(Ordering::SeqCst), 0);
 }
