@@ -445,4 +445,10 @@ impl Namespace {
     fn chunks(&self) -> &ChunkStore {
         &self.chunks
     }
+
+    /// Files whose writes are not recorded in the metadata store yet, for tests.
+    #[cfg(test)]
+    fn unrecorded_files(&self) -> usize {
+        self.meta.unrecorded_files()
+    }
 }

@@ -386,3 +386,73 @@ fn chunk_size_is_fixed_at_creation() {
     again.read(f.oid, 3, &mut buf).unwrap();
     assert_eq!(buf, data);
 }
+
+#[test]
+fn writes_are_recorded_late_but_seen_at_once() {
+    let (_, ns) = fresh(None);
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
+    let before = ns.getattr(f.oid).unwrap();
+    ns.write(f.oid, 0, &pattern(10_000, 1)).unwrap();
+    ns.write(f.oid, 20_000, &pattern(4096, 2)).unwrap();
+    assert_eq!(ns.unrecorded_files(), 1, "the writes cost no transaction");
+    let seen = ns.lookup(ROOT, "f").unwrap();
+    assert_eq!(seen.size, 24_096);
+    assert!(seen.mtime >= before.mtime && seen.ctime == seen.mtime);
+    assert_eq!(ns.getattr(f.oid).unwrap(), seen);
+    assert_eq!(read_all(&ns, f.oid)[20_000..], pattern(4096, 2)[..]);
+    // Space is counted by chunk file length: the hole inside the chunk counts too.
+    assert_eq!(ns.used().unwrap(), 24_096);
+    // A truncation records them first, then cuts.
+    let cut = ns
+        .setattr(
+            f.oid,
+            SetAttr {
+                size: Some(5_000),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap();
+    assert_eq!((cut.size, ns.unrecorded_files()), (5_000, 0));
+    assert_eq!(ns.getattr(f.oid).unwrap().size, 5_000);
+    assert_eq!(ns.used().unwrap(), 5_000);
+    // A removal frees what pending writes took.
+    ns.write(f.oid, 5_000, &pattern(3_000, 3)).unwrap();
+    assert_eq!(ns.used().unwrap(), 8_000);
+    ns.unlink(ROOT, "f").unwrap();
+    assert_eq!((ns.used().unwrap(), ns.unrecorded_files()), (0, 0));
+}
+
+#[test]
+fn pending_writes_are_recorded_before_they_pile_up() {
+    let (_, ns) = fresh(None);
+    let files = meta::RECORD_AT + 10;
+    for i in 0..files {
+        let f = ns.create(ROOT, &format!("f{i}"), 0o644, 0, 0).unwrap();
+        ns.write(f.oid, 0, b"x").unwrap();
+    }
+    assert!(ns.unrecorded_files() < meta::RECORD_AT);
+    assert_eq!(ns.used().unwrap(), files as u64);
+    assert_eq!(ns.lookup(ROOT, "f0").unwrap().size, 1);
+}
+
+#[test]
+fn fsync_of_many_small_files_survives_a_crash_with_every_size() {
+    let (disk, ns) = fresh(None);
+    for i in 0..50u8 {
+        let f = ns.create(ROOT, &format!("f{i}"), 0o644, 0, 0).unwrap();
+        ns.write(f.oid, 0, &pattern(4096 + usize::from(i), i))
+            .unwrap();
+        ns.fsync(f.oid).unwrap();
+    }
+    let crashed = disk.crash();
+    drop(ns);
+    let after = Namespace::open(Arc::new(crashed), config(None)).unwrap();
+    for i in 0..50u8 {
+        let f = after.lookup(ROOT, &format!("f{i}")).unwrap();
+        assert_eq!(read_all(&after, f.oid), pattern(4096 + usize::from(i), i));
+    }
+    assert_eq!(
+        after.used().unwrap(),
+        (0..50).map(|i| 4096 + i).sum::<u64>()
+    );
+}

@@ -66,6 +66,7 @@ impl MetaStore {
     /// The object an entry names.
     pub fn lookup(&self, dir: Oid, name: &str) -> DfsResult<Inode> {
         name_ok(name)?;
+        let pending = self.pending();
         let tx = self.db.begin_read().storage()?;
         let inodes = tx.open_table(INODES).storage()?;
         get_dir(&inodes, dir)?;
@@ -76,7 +77,7 @@ impl MetaStore {
             .storage()?
             .map(|v| v.value())
             .ok_or_else(|| err(Errno::NOENT, format!("{name:?} not found")))?;
-        get_inode(&inodes, oid)
+        Ok(pending.apply(get_inode(&inodes, oid)?))
     }
 
     /// Up to `max` entries of `dir` after `cookie` (0 starts at the beginning), more only

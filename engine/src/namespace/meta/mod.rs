@@ -19,6 +19,7 @@
 
 mod entries;
 mod names;
+mod pending;
 mod xattrs;
 
 #[cfg(test)]
@@ -27,18 +28,21 @@ mod tests;
 pub use entries::{DirEntry, DirPage, name_hash};
 pub(crate) use names::name_ok;
 pub use names::{NAME_MAX, SYMLINK_MAX};
+#[cfg(test)]
+pub(crate) use pending::RECORD_AT;
 pub use xattrs::{XATTR_VALUE_MAX, XattrSet};
 
 use super::disk::{Disk, RedbFile};
 use super::error::{DfsResult, Errno, err};
 use super::inode::{Inode, Oid, ROOT, S_IFDIR, Time};
 use crate::namespace::error::StorageResult;
+use pending::Pending;
 use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
     WriteTransaction,
 };
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
 /// (directory, hash of the name, name) → object: a directory's entries are keys of its
@@ -92,6 +96,20 @@ fn adjust_used(tx: &WriteTransaction, delta: i64) -> DfsResult<()> {
     Ok(())
 }
 
+/// Writes the pending writes' sizes, times and growth into `tx`. An object removed since
+/// has nothing left to record.
+fn record(tx: &WriteTransaction, pending: &Pending) -> DfsResult<()> {
+    for (oid, _) in pending.files() {
+        let stored = get_inode(&tx.open_table(INODES).storage()?, oid);
+        match stored {
+            Ok(ino) => put_inode(tx, &pending.apply(ino))?,
+            Err(e) if e.errno == Errno::STALE => {}
+            Err(e) => return Err(e),
+        }
+    }
+    adjust_used(tx, pending.growth() as i64)
+}
+
 /// One container's metadata store.
 #[derive(Debug)]
 pub(crate) struct MetaStore {
@@ -100,6 +118,8 @@ pub(crate) struct MetaStore {
     path: PathBuf,
     /// A snapshot's: every change fails with EROFS.
     read_only: bool,
+    /// Writes' size, time and space changes not recorded yet (see `pending.rs`).
+    pending: RwLock<Pending>,
 }
 
 /// A change in progress, for what the namespace does across both stores in one transaction
@@ -143,6 +163,7 @@ impl MetaStore {
             db,
             path: path.to_path_buf(),
             read_only,
+            pending: RwLock::default(),
         })
     }
 
@@ -207,16 +228,51 @@ impl MetaStore {
     }
 
     /// Runs `f` in a write transaction committed without forcing the disk; EROFS for a
-    /// snapshot's store.
+    /// snapshot's store. Pending writes are recorded in the same transaction, so `f` sees
+    /// every size as readers do (a truncation, a removal).
     pub fn update<T>(&self, f: impl FnOnce(&MetaTx<'_>) -> DfsResult<T>) -> DfsResult<T> {
-        self.transact(|tx| f(&MetaTx(tx)))
+        self.transact_recording(|tx| f(&MetaTx(tx)))
     }
 
+    /// A transaction for changes that neither read nor change files' sizes or the bytes
+    /// used (names, directories, attributes): pending writes stay pending.
     fn transact<T>(&self, f: impl FnOnce(&WriteTransaction) -> DfsResult<T>) -> DfsResult<T> {
+        self.commit_with(None, f)
+    }
+
+    /// A transaction that records every pending write first; readers wait for its commit.
+    fn transact_recording<T>(
+        &self,
+        f: impl FnOnce(&WriteTransaction) -> DfsResult<T>,
+    ) -> DfsResult<T> {
+        let mut pending = self.pending_mut();
+        let v = self.commit_with(Some(&pending), f)?;
+        pending.clear();
+        Ok(v)
+    }
+
+    /// Records the pending writes in a transaction of their own, if there are any.
+    fn record_pending(&self, pending: &mut Pending) -> DfsResult<()> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        self.commit_with(Some(pending), |_| Ok(()))?;
+        pending.clear();
+        Ok(())
+    }
+
+    fn commit_with<T>(
+        &self,
+        pending: Option<&Pending>,
+        f: impl FnOnce(&WriteTransaction) -> DfsResult<T>,
+    ) -> DfsResult<T> {
         self.writable()?;
         let mut tx = self.db.begin_write().storage()?;
         tx.set_durability(Durability::None).storage()?;
-        match f(&tx) {
+        let done = pending
+            .map_or(Ok(()), |p| record(&tx, p))
+            .and_then(|()| f(&tx));
+        match done {
             Ok(v) => {
                 tx.commit().storage()?;
                 Ok(v)
@@ -228,8 +284,25 @@ impl MetaStore {
         }
     }
 
+    fn pending(&self) -> RwLockReadGuard<'_, Pending> {
+        self.pending.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn pending_mut(&self) -> RwLockWriteGuard<'_, Pending> {
+        self.pending.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Files with pending writes, for tests.
+    #[cfg(test)]
+    pub fn unrecorded_files(&self) -> usize {
+        self.pending().files().count()
+    }
+
     /// Makes every change so far durable.
     pub fn commit_durably(&self) -> DfsResult<()> {
+        // Recorded without forcing the disk, so readers wait only for that commit; the
+        // durable one below persists it (redb orders commits).
+        self.record_pending(&mut self.pending_mut())?;
         let mut tx = self.db.begin_write().storage()?;
         tx.set_durability(Durability::Immediate).storage()?;
         tx.commit().storage()?;
@@ -255,16 +328,11 @@ impl MetaStore {
         Ok(())
     }
 
+    /// The inode of `oid` with its pending writes.
     pub fn getattr(&self, oid: Oid) -> DfsResult<Inode> {
-        get_inode(
-            &self
-                .db
-                .begin_read()
-                .storage()?
-                .open_table(INODES)
-                .storage()?,
-            oid,
-        )
+        let pending = self.pending();
+        let tx = self.db.begin_read().storage()?;
+        Ok(pending.apply(get_inode(&tx.open_table(INODES).storage()?, oid)?))
     }
 
     /// The inode of `oid` if it is a regular file; EISDIR for a directory, EINVAL otherwise
@@ -294,28 +362,30 @@ impl MetaStore {
         target.ok_or_else(|| err(Errno::INVAL, format!("object {oid:#x} is not a symlink")))
     }
 
-    /// Records a write: the size (at least `end`), the times, and `growth` more data bytes.
+    /// Notes a write: the size (at least `end`), the times, and `growth` more data bytes.
+    /// Nothing is written to the store (see `pending.rs`) unless many files are pending.
     pub fn record_write(&self, oid: Oid, end: u64, growth: u64) -> DfsResult<()> {
-        self.transact(|tx| {
-            let mut ino = get_inode(&tx.open_table(INODES).storage()?, oid)?;
-            ino.size = ino.size.max(end);
-            let now = Time::now();
-            ino.mtime = now;
-            ino.ctime = now;
-            put_inode(tx, &ino)?;
-            adjust_used(tx, growth as i64)
-        })
+        self.writable()?;
+        let mut pending = self.pending_mut();
+        if pending.full() {
+            // Before noting this one: a write that fails here is noted nowhere.
+            self.record_pending(&mut pending)?;
+        }
+        pending.note(oid, end, growth, Time::now());
+        Ok(())
     }
 
-    /// Data bytes held by the namespace's files, as last recorded.
+    /// Data bytes held by the namespace's files.
     pub fn used(&self) -> DfsResult<u64> {
+        let pending = self.pending();
         let tx = self.db.begin_read().storage()?;
-        Ok(tx
+        let recorded = tx
             .open_table(SUPER)
             .storage()?
             .get(USED_BYTES)
             .storage()?
-            .map_or(0, |v| v.value()))
+            .map_or(0, |v| v.value());
+        Ok(recorded.saturating_add(pending.growth()))
     }
 
     /// Objects in the namespace (statfs's files).

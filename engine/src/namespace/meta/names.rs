@@ -167,7 +167,7 @@ impl MetaStore {
         want_dir: bool,
         mut free_data: impl FnMut(&Inode) -> DfsResult<u64>,
     ) -> DfsResult<u64> {
-        self.transact(|tx| {
+        self.transact_recording(|tx| {
             let victim = entry(tx, dir, name)?;
             match (want_dir, victim.is_dir()) {
                 (true, false) => {
@@ -196,7 +196,7 @@ impl MetaStore {
         noreplace: bool,
         mut free_data: impl FnMut(&Inode) -> DfsResult<u64>,
     ) -> DfsResult<u64> {
-        self.transact(|tx| {
+        self.transact_recording(|tx| {
             let mut moving = entry(tx, from_dir, from)?;
             get_dir(&tx.open_table(INODES).storage()?, to_dir)?;
             if moving.is_dir() && is_ancestor(tx, moving.oid, to_dir)? {
