@@ -7,7 +7,7 @@
 //!   directories. Phases, each timed on its own: create (open O_CREAT|O_EXCL, write, close),
 //!   stat, read (open, read to the end, close), unlink; files/s = files / wall time.
 //! - The small-file tree: a fixed-seed tree shaped like a source tree (by default 3,300 files,
-//!   ≈49 MB, mostly 1–32 KiB, a few up to 1 MiB, 329 directories, 11 symlinks), written once
+//!   ≈47 MB, mostly 1–32 KiB, a few up to 1 MiB, 329 directories, 11 symlinks), written once
 //!   to local disk beside the reports, with a tar of it. Per target, with the real tools:
 //!   `cp -a`, `ls -lR` and `find` (output to /dev/null), `rm -rf`, then `tar x`; wall seconds.
 //! - Before lookups and reads (stat, read, unlink, ls, find, rm): sync, then page cache,
