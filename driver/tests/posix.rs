@@ -990,6 +990,49 @@ fn case_errnos(d: &Path, r: &mut Rec) {
     r.ok("ofd-lock-conflict", sys::setlk(&b, libc::F_WRLCK));
 }
 
+/// Set-ID bits after writes, truncations and chown by root and by a user without
+/// CAP_FSETID (the worker clears them itself: HANDLE_KILLPRIV_V2).
+fn case_set_id(d: &Path, r: &mut Rec) {
+    const NOBODY: u32 = 65534;
+    let user_write = |f: &Path| {
+        as_user(NOBODY, NOBODY, || {
+            let fd = sys::open(f, O_WRONLY, 0)?;
+            sys::pwrite(&fd, 1, b"y")
+        })
+    };
+    // set-user-ID with set-group-ID and group execute; set-group-ID without group execute.
+    for (name, mode) in [("both", 0o6777), ("sgid-no-x", 0o2766)] {
+        let f = d.join(name);
+        fs::write(&f, b"x").unwrap();
+        r.ok(&format!("{name}-chmod"), sys::chmod(&f, mode));
+        r.res(&format!("{name}-root-write"), fs::write(&f, b"xx"));
+        r.lstat(&format!("{name}-after-root-write"), &f);
+        r.res(&format!("{name}-user-write"), user_write(&f));
+        r.lstat(&format!("{name}-after-user-write"), &f);
+    }
+    let f = d.join("trunc");
+    fs::write(&f, b"0123456789").unwrap();
+    r.ok("trunc-chmod", sys::chmod(&f, 0o6777));
+    r.ok(
+        "user-truncate",
+        as_user(NOBODY, NOBODY, || sys::truncate(&f, 3)),
+    );
+    r.lstat("after-user-truncate", &f);
+    r.ok("trunc-chmod-again", sys::chmod(&f, 0o4777));
+    r.res(
+        "user-open-trunc",
+        as_user(NOBODY, NOBODY, || {
+            sys::open(&f, O_WRONLY | libc::O_TRUNC, 0).map(drop)
+        }),
+    );
+    r.lstat("after-user-open-trunc", &f);
+    let f = d.join("owned");
+    fs::write(&f, b"x").unwrap();
+    r.ok("owned-chmod", sys::chmod(&f, 0o6755));
+    r.ok("root-chown", sys::chown(&f, 4242, 4343));
+    r.lstat("after-root-chown", &f);
+}
+
 type Case = fn(&Path, &mut Rec);
 
 const CASES: &[(&str, Case)] = &[
@@ -998,6 +1041,7 @@ const CASES: &[(&str, Case)] = &[
     ("symlinks", case_symlinks),
     ("xattrs", case_xattrs),
     ("truncate", case_truncate),
+    ("set-id", case_set_id),
     ("sparse", case_sparse),
     ("large", case_large),
     ("readdir", case_readdir),

@@ -85,6 +85,8 @@ fn malformed_inline_io_is_refused() {
             offset: 0,
             len,
             data,
+            kill_suidgid: true,
+            writer_gid: 1,
         })
     };
     assert_eq!(errno_of(write(5, vec![1; 3])), libc::EINVAL, "len ≠ bytes");

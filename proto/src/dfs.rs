@@ -155,6 +155,21 @@ pub const MAX_INLINE: usize = 16 << 10;
 /// 64 KiB message limit.
 pub const READDIR_BATCH: usize = 200;
 
+/// `mode` without the set-ID bits that a write or truncation by a caller without
+/// `CAP_FSETID`, or any chown, clears (Linux's `setattr_should_drop_sgid`): set-user-ID
+/// always; set-group-ID when the file is group-executable or the caller is not in its group
+/// (without group execute the bit means mandatory locking, which a group member may keep).
+pub fn without_set_id(mode: u32, caller_in_group: bool) -> u32 {
+    const S_ISUID: u32 = 0o4000;
+    const S_ISGID: u32 = 0o2000;
+    const S_IXGRP: u32 = 0o0010;
+    let mut kill = S_ISUID;
+    if mode & S_IXGRP != 0 || !caller_in_group {
+        kill |= S_ISGID;
+    }
+    mode & !kill
+}
+
 /// Checks an entry name as DFS does: a single path component (not empty, `.`, `..`, no `/` or
 /// NUL: EINVAL) of at most [`NAME_MAX`] bytes (ENAMETOOLONG).
 pub fn check_name(name: &str) -> DfsResult<()> {

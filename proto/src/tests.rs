@@ -169,3 +169,14 @@ fn der_codes_round_trip_through_wire_values() {
     );
     assert_eq!(Der::from_code(4242), None);
 }
+
+#[test]
+fn set_id_bits_go_as_linux_drops_them() {
+    use crate::dfs::without_set_id;
+    // set-user-ID always goes; set-group-ID with group execute, or for a caller outside the group.
+    assert_eq!(without_set_id(0o6755, true), 0o0755);
+    assert_eq!(without_set_id(0o2755, true), 0o0755);
+    assert_eq!(without_set_id(0o2645, true), 0o2645);
+    assert_eq!(without_set_id(0o2645, false), 0o0645);
+    assert_eq!(without_set_id(0o100_644, false), 0o100_644);
+}

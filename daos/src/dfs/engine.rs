@@ -187,13 +187,16 @@ impl EngineDfs {
         Ok(data.len())
     }
 
-    fn write_piece(&self, oid: Oid, offset: u64, data: &[u8]) -> DfsResult<()> {
+    /// One Write request; `writer` is the group of a writer without CAP_FSETID.
+    fn write_piece(&self, oid: Oid, at: u64, data: &[u8], writer: Option<u32>) -> DfsResult<()> {
         let inline = self.inline(data.len());
         let op = Op::Write(proto::Write {
             oid,
-            offset,
+            offset: at,
             len: data.len() as u32,
             data: if inline { data.to_vec() } else { Vec::new() },
+            kill_suidgid: writer.is_some(),
+            writer_gid: writer.unwrap_or(0),
         });
         let bulk = if inline {
             Bulk::None

@@ -40,7 +40,7 @@ pub const S_IFLNK: u32 = 0o120000;
 
 pub use dpufs_proto::dfs::{
     DfsError, DfsResult, Errno, MAX_IO, NAME_MAX, READDIR_BATCH, SYMLINK_MAX, XATTR_LIST_MAX,
-    XATTR_VALUE_MAX, check_name,
+    XATTR_VALUE_MAX, check_name, without_set_id,
 };
 
 /// A point in time: seconds and nanoseconds since the Unix epoch.
@@ -233,4 +233,29 @@ pub trait Dfs: Send + Sync {
             },
         )
     }
+
+    /// [`Dfs::write`] by a writer without `CAP_FSETID` whose group is `gid`: the set-ID bits
+    /// are cleared first, as write(2) clears them (see [`without_set_id`]). A backend that
+    /// can do both in one request overrides this.
+    fn write_unprivileged(&self, oid: Oid, offset: u64, data: &[u8], gid: u32) -> DfsResult<()> {
+        drop_set_id(self, oid, gid)?;
+        self.write(oid, offset, data)
+    }
+}
+
+/// Clears the set-ID bits a write by a caller without `CAP_FSETID` whose group is `gid`
+/// clears from `oid`'s mode, if any; returns the attributes after.
+pub fn drop_set_id<D: Dfs + ?Sized>(dfs: &D, oid: Oid, gid: u32) -> DfsResult<Attr> {
+    let attr = dfs.getattr(oid)?;
+    let mode = without_set_id(attr.mode, attr.gid == gid);
+    if mode == attr.mode {
+        return Ok(attr);
+    }
+    dfs.setattr(
+        oid,
+        &SetAttr {
+            mode: Some(mode & 0o7777),
+            ..SetAttr::default()
+        },
+    )
 }

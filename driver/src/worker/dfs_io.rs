@@ -17,6 +17,8 @@ use std::io;
 pub(super) struct DfsIo<'a> {
     pub dfs: &'a dyn Dfs,
     pub oid: Oid,
+    /// The group of a writer without CAP_FSETID: the kernel asks us to clear set-ID bits.
+    pub unprivileged: Option<u32>,
 }
 
 impl DfsIo<'_> {
@@ -33,14 +35,22 @@ impl DfsIo<'_> {
 
     fn write_from(&mut self, bufs: &[FileVolatileSlice], offset: u64) -> io::Result<usize> {
         if let Some(data) = contiguous(bufs) {
-            self.dfs.write(self.oid, offset, data).map_err(err)?;
+            self.write(offset, data)?;
             return Ok(data.len());
         }
         with_scratch(total_len(bufs), |scratch| {
             gather(bufs, scratch);
-            self.dfs.write(self.oid, offset, scratch).map_err(err)?;
+            self.write(offset, scratch)?;
             Ok(scratch.len())
         })
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        match self.unprivileged {
+            Some(gid) => self.dfs.write_unprivileged(self.oid, offset, data, gid),
+            None => self.dfs.write(self.oid, offset, data),
+        }
+        .map_err(err)
     }
 }
 
@@ -155,7 +165,11 @@ mod tests {
         std::fs::write(dir.path().join("f"), &data).unwrap();
         let dfs = LocalDfs::open(dir.path()).unwrap();
         let oid = dfs.lookup(dpufs_daos::dfs::ROOT_OID, "f").unwrap().oid;
-        let mut io = DfsIo { dfs: &dfs, oid };
+        let mut io = DfsIo {
+            dfs: &dfs,
+            oid,
+            unprivileged: None,
+        };
 
         // Scattered: three buffers that are not next to each other.
         let (mut a, mut b, mut c) = (vec![0u8; 4096], vec![0u8; 100], vec![0u8; 8000]);

@@ -24,11 +24,13 @@ use super::stats::{Op, Stats};
 use super::throttle::Throttle;
 use dpufs_daos::dfs::{
     Attr, Dfs, DfsError, Errno, Oid, ROOT_OID, S_IFDIR, S_IFMT, S_IFREG, SetAttr, TimeSet,
-    Timespec, XattrMode,
+    Timespec, XattrMode, without_set_id,
 };
 use dpufs_node_api::control::FsUsage;
 use dpufs_node_api::handover::{HandoverError, SESSION_VERSION, SessionConfig, SessionRecord};
-use fuse_backend_rs::abi::fuse_abi::{CreateIn, stat64, statvfs64};
+use fuse_backend_rs::abi::fuse_abi::{
+    CreateIn, FOPEN_IN_KILL_SUIDGID, WRITE_KILL_PRIV, stat64, statvfs64,
+};
 use fuse_backend_rs::api::filesystem::{
     Context, DirEntry, Entry, FileSystem, FsOptions, GetxattrReply, ListxattrReply, OpenOptions,
     SetattrValid, ZeroCopyReader, ZeroCopyWriter,
@@ -128,7 +130,8 @@ impl FsConfig {
             | FsOptions::ASYNC_DIO
             | FsOptions::PARALLEL_DIROPS
             | FsOptions::ATOMIC_O_TRUNC
-            | FsOptions::CACHE_SYMLINKS;
+            | FsOptions::CACHE_SYMLINKS
+            | FsOptions::HANDLE_KILLPRIV_V2;
         if self.data_cache && self.access == AccessMode::MultiWriter {
             want |= FsOptions::AUTO_INVAL_DATA;
         }
@@ -415,11 +418,33 @@ impl DfsFs {
         }
     }
 
-    fn truncate_on_open(&self, oid: Oid, flags: u32) -> io::Result<()> {
-        if flags & libc::O_TRUNC as u32 != 0 {
-            self.dfs.truncate(oid, 0).map_err(err)?;
+    /// open(O_TRUNC): truncates, and with `FOPEN_IN_KILL_SUIDGID` in `fuse_flags` (a caller
+    /// without CAP_FSETID, in group `gid`) clears the set-ID bits as well.
+    fn truncate_on_open(
+        &self,
+        oid: Oid,
+        flags: u32,
+        (fuse_flags, gid): (u32, u32),
+    ) -> io::Result<()> {
+        if flags & libc::O_TRUNC as u32 == 0 {
+            return Ok(());
         }
-        Ok(())
+        let mut set = SetAttr {
+            size: Some(0),
+            ..SetAttr::default()
+        };
+        if fuse_flags & FOPEN_IN_KILL_SUIDGID != 0 {
+            set.mode = self.mode_without_set_id(oid, gid)?;
+        }
+        self.dfs.setattr(oid, &set).map_err(err).map(drop)
+    }
+
+    /// The mode of `oid` without the set-ID bits a write by a caller without CAP_FSETID in
+    /// group `gid` clears, if it has any to clear.
+    fn mode_without_set_id(&self, oid: Oid, gid: u32) -> io::Result<Option<u32>> {
+        let a = self.dfs.getattr(oid).map_err(err)?;
+        let cleared = without_set_id(a.mode, a.gid == gid);
+        Ok((cleared != a.mode).then_some(cleared & 0o7777))
     }
 
     fn write_session_record(&self, offered: FsOptions, enabled: FsOptions) {
@@ -550,7 +575,7 @@ impl FileSystem for DfsFs {
 
     fn setattr(
         &self,
-        _ctx: &Context,
+        ctx: &Context,
         inode: u64,
         attr: stat64,
         _handle: Option<u64>,
@@ -570,6 +595,10 @@ impl FileSystem for DfsFs {
             }
             if valid.contains(SetattrValid::SIZE) {
                 set.size = Some(attr.st_size as u64);
+                if valid.contains(SetattrValid::KILL_SUIDGID) && set.mode.is_none() {
+                    // A truncation by a caller without CAP_FSETID (HANDLE_KILLPRIV_V2).
+                    set.mode = self.mode_without_set_id(inode, ctx.gid)?;
+                }
             }
             if valid.contains(SetattrValid::ATIME_NOW) {
                 set.atime = Some(TimeSet::Now);
@@ -724,10 +753,10 @@ impl FileSystem for DfsFs {
 
     fn open(
         &self,
-        _ctx: &Context,
+        ctx: &Context,
         inode: u64,
         flags: u32,
-        _fuse_flags: u32,
+        fuse_flags: u32,
     ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
         self.op(Op::Open, || {
             let acc = flags as i32 & libc::O_ACCMODE;
@@ -736,7 +765,7 @@ impl FileSystem for DfsFs {
                 return Err(errno(libc::EROFS));
             }
             self.dfs.open(inode, write).map_err(err)?;
-            self.truncate_on_open(inode, flags)?;
+            self.truncate_on_open(inode, flags, (fuse_flags, ctx.gid))?;
             Ok((None, self.cfg.open_options(), None))
         })
     }
@@ -766,7 +795,7 @@ impl FileSystem for DfsFs {
                         self.forget_one(a.oid, 1);
                         return Err(err(e));
                     }
-                    self.truncate_on_open(a.oid, args.flags)?;
+                    self.truncate_on_open(a.oid, args.flags, (args.fuse_flags, ctx.gid))?;
                     let a = self.dfs.getattr(a.oid).map_err(err)?;
                     self.entry(&a)
                 }
@@ -793,6 +822,7 @@ impl FileSystem for DfsFs {
             let mut io = DfsIo {
                 dfs: &*self.dfs,
                 oid: inode,
+                unprivileged: None,
             };
             let n = w.write_from(&mut io, size as usize, offset)?;
             self.stats.add_read(n as u64);
@@ -802,7 +832,7 @@ impl FileSystem for DfsFs {
 
     fn write(
         &self,
-        _ctx: &Context,
+        ctx: &Context,
         inode: u64,
         _handle: u64,
         r: &mut dyn ZeroCopyReader,
@@ -811,7 +841,7 @@ impl FileSystem for DfsFs {
         _lock_owner: Option<u64>,
         _delayed_write: bool,
         _flags: u32,
-        _fuse_flags: u32,
+        fuse_flags: u32,
     ) -> io::Result<usize> {
         self.throttle.admit(u64::from(size));
         self.op(Op::Write, || {
@@ -819,6 +849,7 @@ impl FileSystem for DfsFs {
             let mut io = DfsIo {
                 dfs: &*self.dfs,
                 oid: inode,
+                unprivileged: (fuse_flags & WRITE_KILL_PRIV != 0).then_some(ctx.gid),
             };
             r.read_exact_to(&mut io, size as usize, offset)?;
             self.stats.add_written(size as u64);

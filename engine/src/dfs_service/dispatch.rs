@@ -168,33 +168,7 @@ pub fn run(
             bulk.push_from(0, len, &mut produce).map_err(bulk_failed)?;
             Res::Bytes(read? as u32)
         }
-        Op::Write(w) if !w.data.is_empty() => {
-            if w.data.len() != inline_len(w.len)? {
-                return Err(DfsError::new(
-                    Errno::INVAL,
-                    format!("len {} but {} inline bytes", w.len, w.data.len()),
-                ));
-            }
-            ns.write(w.oid, w.offset, &w.data)?;
-            Res::Bytes(w.len)
-        }
-        Op::Write(w) if w.len as usize >= WRITE_BEHIND_MIN => {
-            let len = io_len(w.len, bulk)?;
-            let mut buf = IoBuf::new(len);
-            bulk.pull(0, buf.as_mut_slice()).map_err(bulk_failed)?;
-            ns.write_behind(w.oid, w.offset, buf)?;
-            Res::Bytes(len as u32)
-        }
-        Op::Write(w) => {
-            let len = io_len(w.len, bulk)?;
-            with_buffer(len, |buf| -> DfsResult<()> {
-                if !buf.is_empty() {
-                    bulk.pull(0, buf).map_err(bulk_failed)?;
-                }
-                ns.write(w.oid, w.offset, buf)
-            })?;
-            Res::Bytes(len as u32)
-        }
+        Op::Write(w) => Res::Bytes(write(&ns, w, bulk)?),
         Op::Allocate(a) => {
             ns.allocate(a.oid, a.offset, a.len, a.keep_size)?;
             return Ok(None);
@@ -240,6 +214,41 @@ pub fn run(
         }
     };
     Ok(Some(res))
+}
+
+/// A Write: its bytes inline, or pulled from the request's rkey and, from
+/// [`WRITE_BEHIND_MIN`] on, answered once queued for the disk. Returns the bytes written.
+fn write(ns: &Namespace, w: proto::Write, bulk: &mut dyn BulkIo) -> DfsResult<u32> {
+    let inline = !w.data.is_empty();
+    let len = if inline {
+        inline_len(w.len)?
+    } else {
+        io_len(w.len, bulk)?
+    };
+    if inline && w.data.len() != len {
+        return Err(DfsError::new(
+            Errno::INVAL,
+            format!("len {len} but {} inline bytes", w.data.len()),
+        ));
+    }
+    if w.kill_suidgid {
+        ns.drop_set_id(w.oid, w.writer_gid)?;
+    }
+    if inline {
+        ns.write(w.oid, w.offset, &w.data)?;
+    } else if len >= WRITE_BEHIND_MIN {
+        let mut buf = IoBuf::new(len);
+        bulk.pull(0, buf.as_mut_slice()).map_err(bulk_failed)?;
+        ns.write_behind(w.oid, w.offset, buf)?;
+    } else {
+        with_buffer(len, |buf| -> DfsResult<()> {
+            if !buf.is_empty() {
+                bulk.pull(0, buf).map_err(bulk_failed)?;
+            }
+            ns.write(w.oid, w.offset, buf)
+        })?;
+    }
+    Ok(len as u32)
 }
 
 /// Usage as the connection sees it: the pool's space, capped by the container's quota.

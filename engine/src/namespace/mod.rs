@@ -34,6 +34,7 @@ pub use meta::{DirEntry, DirPage, NAME_MAX, SYMLINK_MAX, XATTR_VALUE_MAX, XattrS
 
 use crate::namespace::error::StorageResult;
 use chunks::{ChunkStore, ChunkWrite, Spares, check_end};
+use dpufs_proto::dfs::without_set_id;
 use error::err;
 use inode::S_IFMT;
 use meta::{MetaStore, name_ok};
@@ -199,6 +200,10 @@ impl Namespace {
                 ino.size = size;
                 ino.mtime = now;
             }
+            if (set.uid.is_some() || set.gid.is_some()) && !ino.is_dir() {
+                // chown(2) clears them (an explicit mode below still wins).
+                ino.mode = without_set_id(ino.mode, true);
+            }
             if let Some(mode) = set.mode {
                 ino.mode = (ino.mode & S_IFMT) | (mode & !S_IFMT);
             }
@@ -212,6 +217,22 @@ impl Namespace {
         })?;
         self.chunks.release(freed);
         Ok(ino)
+    }
+
+    /// Clears the set-ID bits a write by a writer without CAP_FSETID whose group is
+    /// `writer_gid` clears (see [`without_set_id`]); changes nothing, in no transaction, when
+    /// there are none to clear.
+    pub fn drop_set_id(&self, oid: Oid, writer_gid: u32) -> DfsResult<()> {
+        let ino = self.getattr(oid)?;
+        let mode = without_set_id(ino.mode, ino.gid == writer_gid);
+        if mode == ino.mode {
+            return Ok(());
+        }
+        let set = SetAttr {
+            mode: Some(mode),
+            ..SetAttr::default()
+        };
+        self.setattr(oid, set).map(drop)
     }
 
     /// Removes a file or symlink entry and its data.

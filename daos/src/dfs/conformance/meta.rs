@@ -11,6 +11,10 @@ pub(super) fn cases() -> Vec<Case> {
             run: setattr_mode_owner_times,
         },
         Case {
+            name: "set_id_bits_cleared_by_writes_and_chown",
+            run: set_id_bits_cleared_by_writes_and_chown,
+        },
+        Case {
             name: "xattrs",
             run: xattrs,
         },
@@ -134,6 +138,44 @@ fn setattr_mode_owner_times(p: &mut Pair<'_>) {
             },
         )?;
         Ok(Obs::attr(&a))
+    });
+}
+
+fn set_id_bits_cleared_by_writes_and_chown(p: &mut Pair<'_>) {
+    let (uid, gid) = ids();
+    let chmod = |mode| SetAttr {
+        mode: Some(mode),
+        ..SetAttr::default()
+    };
+    for (name, mode) in [("both", 0o6755), ("sgid-no-x", 0o2644), ("plain", 0o755)] {
+        let step = format!("{name}: privileged write, unprivileged ones in and outside its group");
+        p.check(&step, |d, dir| {
+            let oid = d.create(dir, name, 0o644, uid, gid)?.oid;
+            d.setattr(oid, &chmod(mode))?;
+            d.write(oid, 0, b"root")?;
+            let kept = d.getattr(oid)?;
+            d.write_unprivileged(oid, 4, b"user", gid)?;
+            let in_group = d.getattr(oid)?;
+            d.setattr(oid, &chmod(mode))?;
+            d.write_unprivileged(oid, 8, b"else", gid + 1)?;
+            let others = d.getattr(oid)?;
+            Ok(Obs::All(
+                [kept, in_group, others].iter().map(Obs::attr).collect(),
+            ))
+        });
+    }
+    p.check("chown clears set-user-ID", |d, dir| {
+        let oid = d.create(dir, "owned", 0o644, uid, gid)?.oid;
+        d.setattr(oid, &chmod(0o6755))?;
+        set(
+            d,
+            dir,
+            "owned",
+            SetAttr {
+                uid: Some(4242),
+                ..SetAttr::default()
+            },
+        )
     });
 }
 

@@ -90,16 +90,12 @@ impl Dfs for EngineDfs {
     }
 
     fn write(&self, oid: Oid, offset: u64, data: &[u8]) -> DfsResult<()> {
-        let max_io = self.mount.max_io;
-        if data.len() <= max_io {
-            return self.write_piece(oid, offset, data);
-        }
-        let parts = pieces(offset, data.len(), max_io);
-        let results = self.pipelined(parts.len(), |i| {
-            let p = &parts[i];
-            self.write_piece(oid, p.file_offset, &data[p.start..p.start + p.len])
-        });
-        results.into_iter().collect()
+        self.write_pieces(oid, offset, data, None)
+    }
+
+    fn write_unprivileged(&self, oid: Oid, offset: u64, data: &[u8], gid: u32) -> DfsResult<()> {
+        // The engine clears the set-ID bits itself: no extra round trip.
+        self.write_pieces(oid, offset, data, Some(gid))
     }
 
     fn allocate(&self, oid: Oid, offset: u64, len: u64, keep_size: bool) -> DfsResult<()> {
@@ -244,5 +240,28 @@ impl Dfs for EngineDfs {
                 _ => None,
             },
         )
+    }
+}
+
+impl EngineDfs {
+    /// Writes `data` in `max_io` pieces, pipelined; `writer` as for [`Self::write_piece`].
+    fn write_pieces(
+        &self,
+        oid: Oid,
+        offset: u64,
+        data: &[u8],
+        writer: Option<u32>,
+    ) -> DfsResult<()> {
+        let max_io = self.mount.max_io;
+        if data.len() <= max_io {
+            return self.write_piece(oid, offset, data, writer);
+        }
+        let parts = pieces(offset, data.len(), max_io);
+        let results = self.pipelined(parts.len(), |i| {
+            let p = &parts[i];
+            let piece = &data[p.start..p.start + p.len];
+            self.write_piece(oid, p.file_offset, piece, writer)
+        });
+        results.into_iter().collect()
     }
 }
