@@ -161,3 +161,34 @@ fn the_verbs_provider_is_chosen_at_run_time_and_says_when_it_is_not_built() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("expected soft or verbs"), "{stderr}");
 }
+
+/// How many times the worker served `op`.
+fn served(w: &WorkerProc, op: &str) -> u64 {
+    w.stats()["ops"][op]["count"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn a_long_listing_needs_no_lookup_per_entry() {
+    if !can_mount() {
+        return;
+    }
+    let backing = EngineBacking::start();
+    let w = WorkerProc::start(&backing, Opts::default());
+    let dir = w.path("many");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..300u32 {
+        std::fs::write(dir.join(format!("f{i}")), i.to_le_bytes()).unwrap();
+    }
+    // The kernel forgets the entries it cached while they were made.
+    std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    let lookups = served(&w, "lookup");
+    // As `ls -l` does: list, then lstat every entry.
+    let mut bytes = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        bytes += e.unwrap().metadata().unwrap().len();
+    }
+    assert_eq!(bytes, 300 * 4);
+    assert!(served(&w, "readdirplus") > 0, "listed with attributes");
+    let more = served(&w, "lookup") - lookups;
+    assert!(more <= 2, "{more} lookups for 300 listed entries");
+}

@@ -155,6 +155,10 @@ pub const MAX_INLINE: usize = 16 << 10;
 /// 64 KiB message limit.
 pub const READDIR_BATCH: usize = 200;
 
+/// Most entries in one ReadDir reply with attributes (`ReadDir.plus`): 150 names of 255
+/// bytes with their fields and attributes (about 380 bytes each) stay below 64 KiB.
+pub const READDIR_PLUS_BATCH: usize = 150;
+
 /// `mode` without the set-ID bits that a write or truncation by a caller without
 /// `CAP_FSETID`, or any chown, clears (Linux's `setattr_should_drop_sgid`): set-user-ID
 /// always; set-group-ID when the file is group-executable or the caller is not in its group

@@ -129,6 +129,8 @@ pub struct DirEntry {
     /// Never 0 (0 starts a listing). On the engine it is a hash of the name; on `LocalDfs`
     /// the directory stream's position after the entry.
     pub cookie: u64,
+    /// The object's attributes, from [`Dfs::readdir_plus`] on a backend that has them.
+    pub attr: Option<Attr>,
 }
 
 /// A page of a directory listing.
@@ -232,6 +234,13 @@ pub trait Dfs: Send + Sync {
                 ..SetAttr::default()
             },
         )
+    }
+
+    /// [`Dfs::readdir`] with each entry's attributes where the backend has them at no
+    /// extra cost (`DirEntry::attr`), so a listing needs no lookup per entry; a backend
+    /// without that lists without them.
+    fn readdir_plus(&self, dir: Oid, cookie: u64, max: usize) -> DfsResult<DirPage> {
+        self.readdir(dir, cookie, max)
     }
 
     /// [`Dfs::write`] by a writer without `CAP_FSETID` whose group is `gid`: the set-ID bits

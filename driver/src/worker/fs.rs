@@ -43,6 +43,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// A listing's entry as FUSE sends it.
+fn dirent(e: &dpufs_daos::dfs::DirEntry) -> DirEntry<'_> {
+    DirEntry {
+        ino: e.oid,
+        offset: e.cookie,
+        type_: e.kind >> 12,
+        name: e.name.as_bytes(),
+    }
+}
+
 /// File capabilities (`security.capability`) are not supported: the kernel asks for this
 /// attribute before every write to a file (to drop it), and answering "none" here instead
 /// of asking the backend saves a round trip to the engine per write. Setting it fails with
@@ -131,7 +141,11 @@ impl FsConfig {
             | FsOptions::PARALLEL_DIROPS
             | FsOptions::ATOMIC_O_TRUNC
             | FsOptions::CACHE_SYMLINKS
-            | FsOptions::HANDLE_KILLPRIV_V2;
+            | FsOptions::HANDLE_KILLPRIV_V2
+            // Listings carry attributes once the kernel sees them used (ls -l, find -type
+            // on file systems without d_type): no lookup per entry.
+            | FsOptions::DO_READDIRPLUS
+            | FsOptions::READDIRPLUS_AUTO;
         if self.data_cache && self.access == AccessMode::MultiWriter {
             want |= FsOptions::AUTO_INVAL_DATA;
         }
@@ -314,6 +328,36 @@ impl DfsFs {
             attr_flags: 0,
             attr_timeout: self.cfg.attr_ttl,
             entry_timeout: self.cfg.entry_ttl,
+        }
+    }
+
+    /// Lists `dir` after `cookie`, `max` entries a request (with attributes if `plus`),
+    /// handing each to `emit` until it says the reply is full (`false`).
+    fn list(
+        &self,
+        dir: Oid,
+        mut cookie: u64,
+        (max, plus): (usize, bool),
+        emit: &mut dyn FnMut(&dpufs_daos::dfs::DirEntry) -> io::Result<bool>,
+    ) -> io::Result<()> {
+        let max = max.clamp(1, 1024);
+        loop {
+            let page = if plus {
+                self.dfs.readdir_plus(dir, cookie, max)
+            } else {
+                self.dfs.readdir(dir, cookie, max)
+            }
+            .map_err(err)?;
+            for e in &page.entries {
+                if !emit(e)? {
+                    // The kernel resumes after the last entry sent.
+                    return Ok(());
+                }
+                cookie = e.cookie;
+            }
+            if page.end || page.entries.is_empty() {
+                return Ok(());
+            }
         }
     }
 
@@ -1040,27 +1084,46 @@ impl FileSystem for DfsFs {
     ) -> io::Result<()> {
         self.op(Op::Readdir, || {
             // A dirent takes 24 bytes plus the name, 8-aligned: ask for about what fits.
-            let max = (size as usize / 32).clamp(1, 1024);
-            let mut cookie = offset;
-            loop {
-                let page = self.dfs.readdir(inode, cookie, max).map_err(err)?;
-                for e in &page.entries {
-                    let added = add_entry(DirEntry {
-                        ino: e.oid,
-                        offset: e.cookie,
-                        type_: e.kind >> 12,
-                        name: e.name.as_bytes(),
-                    })?;
-                    if added == 0 {
-                        // The reply is full; the kernel resumes after the last entry sent.
-                        return Ok(());
+            let max = size as usize / 32;
+            self.list(inode, offset, (max, false), &mut |e| {
+                Ok(add_entry(dirent(e))? != 0)
+            })
+        })
+    }
+
+    fn readdirplus(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        _handle: u64,
+        size: u32,
+        offset: u64,
+        add_entry: &mut dyn FnMut(DirEntry, Entry) -> io::Result<usize>,
+    ) -> io::Result<()> {
+        self.op(Op::Readdirplus, || {
+            // An entry_out (128 bytes) and a dirent with the name, 8-aligned.
+            let max = size as usize / 200;
+            self.list(inode, offset, (max, true), &mut |e| {
+                let attr = match &e.attr {
+                    Some(a) => self.remember(a).map(|()| a.clone()),
+                    // A backend without attributes in listings: look each entry up.
+                    None => self.lookup_attr(inode, &e.name),
+                };
+                let attr = match attr {
+                    Ok(a) => a,
+                    // Gone since it was listed: leave it out.
+                    Err(e) if e.errno == Errno::NOENT || e.errno == Errno::STALE => {
+                        return Ok(true);
                     }
-                    cookie = e.cookie;
+                    Err(e) => return Err(err(e)),
+                };
+                let added = add_entry(dirent(e), self.entry(&attr))?;
+                if added == 0 {
+                    // Not sent: the kernel holds no reference from it.
+                    self.forget_one(attr.oid, 1);
                 }
-                if page.end || page.entries.is_empty() {
-                    return Ok(());
-                }
-            }
+                Ok(added != 0)
+            })
         })
     }
 

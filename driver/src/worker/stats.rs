@@ -34,7 +34,8 @@ ops! {
     Write => "write", Flush => "flush", Fsync => "fsync", Fallocate => "fallocate",
     Release => "release", Statfs => "statfs", Setxattr => "setxattr", Getxattr => "getxattr",
     Listxattr => "listxattr", Removexattr => "removexattr", Opendir => "opendir",
-    Readdir => "readdir", Fsyncdir => "fsyncdir", Releasedir => "releasedir",
+    Readdir => "readdir", Readdirplus => "readdirplus", Fsyncdir => "fsyncdir",
+    Releasedir => "releasedir",
 }
 
 /// Latency buckets: bucket 0 holds < 1 µs, bucket i holds [2^(i-1), 2^i) µs; the last one

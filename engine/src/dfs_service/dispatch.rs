@@ -4,6 +4,7 @@
 use super::wire::{self, attr};
 use super::{BulkIo, ConnectionContext, MAX_INLINE, MAX_IO, READDIR_BATCH, Volumes};
 use crate::namespace::{DfsError, DfsResult, Errno, IoBuf, Namespace, ROOT, XattrSet};
+use dpufs_proto::dfs::READDIR_PLUS_BATCH;
 use dpufs_proto::dfs::XATTR_LIST_MAX;
 use dpufs_proto::engine::v1::{self as proto, dfs_reply::Result as Res, dfs_request::Op};
 use std::cell::RefCell;
@@ -127,13 +128,22 @@ pub fn run(
         Op::Getattr(g) => Res::Attr(attr(&ns.getattr(g.oid)?)),
         Op::Setattr(s) => Res::Attr(attr(&ns.setattr(s.oid, wire::set_attr(&s))?)),
         Op::Readdir(r) => {
+            let batch = if r.plus {
+                READDIR_PLUS_BATCH
+            } else {
+                READDIR_BATCH
+            };
             let max = match r.max as usize {
-                0 => READDIR_BATCH,
-                n => n.min(READDIR_BATCH),
+                0 => batch,
+                n => n.min(batch),
             };
             let page = ns.readdir(r.dir, r.cookie, max)?;
             Res::Entries(proto::DirEntries {
-                entries: page.entries.into_iter().map(wire::entry).collect(),
+                entries: page
+                    .entries
+                    .into_iter()
+                    .map(|e| wire::entry(e, r.plus))
+                    .collect(),
                 end: page.end,
             })
         }

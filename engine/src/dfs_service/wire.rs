@@ -41,8 +41,10 @@ pub fn attr(ino: &Inode) -> proto::DfsAttr {
     }
 }
 
-pub fn entry(e: DirEntry) -> proto::DfsDirEntry {
+/// A listing's entry on the wire; with its attributes if `plus`.
+pub fn entry(e: DirEntry, plus: bool) -> proto::DfsDirEntry {
     proto::DfsDirEntry {
+        attr: plus.then(|| attr(&e.inode)),
         name: e.name,
         oid: e.oid,
         kind: e.kind,

@@ -33,18 +33,11 @@ impl Dfs for EngineDfs {
     }
 
     fn readdir(&self, dir: Oid, cookie: u64, max: usize) -> DfsResult<DirPage> {
-        let op = Op::Readdir(proto::ReadDir {
-            dir,
-            cookie,
-            max: max.min(u32::MAX as usize) as u32,
-        });
-        expect("ReadDir", self.call(op, Bulk::None)?, |r| match r {
-            Res::Entries(e) => Some(DirPage {
-                entries: e.entries.into_iter().map(wire::entry).collect(),
-                end: e.end,
-            }),
-            _ => None,
-        })
+        self.list(dir, cookie, max, false)
+    }
+
+    fn readdir_plus(&self, dir: Oid, cookie: u64, max: usize) -> DfsResult<DirPage> {
+        self.list(dir, cookie, max, true)
     }
 
     fn create(&self, parent: Oid, name: &str, mode: u32, uid: u32, gid: u32) -> DfsResult<Attr> {
@@ -244,6 +237,23 @@ impl Dfs for EngineDfs {
 }
 
 impl EngineDfs {
+    /// One ReadDir request, with attributes if `plus`.
+    fn list(&self, dir: Oid, cookie: u64, max: usize, plus: bool) -> DfsResult<DirPage> {
+        let op = Op::Readdir(proto::ReadDir {
+            dir,
+            cookie,
+            max: max.min(u32::MAX as usize) as u32,
+            plus,
+        });
+        expect("ReadDir", self.call(op, Bulk::None)?, |r| match r {
+            Res::Entries(e) => Some(DirPage {
+                entries: e.entries.into_iter().map(wire::entry).collect(),
+                end: e.end,
+            }),
+            _ => None,
+        })
+    }
+
     /// Writes `data` in `max_io` pieces, pipelined; `writer` as for [`Self::write_piece`].
     fn write_pieces(
         &self,

@@ -45,6 +45,7 @@ pub fn attr(a: wire::DfsAttr) -> Attr {
 
 pub fn entry(e: wire::DfsDirEntry) -> DirEntry {
     DirEntry {
+        attr: e.attr.map(attr),
         name: e.name,
         oid: e.oid,
         kind: e.kind,

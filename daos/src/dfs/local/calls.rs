@@ -84,6 +84,7 @@ impl Dfs for LocalDfs {
                     oid: self.oid_of(d.ino),
                     kind,
                     cookie: d.next,
+                    attr: None,
                 });
             }
         }

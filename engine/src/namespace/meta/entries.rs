@@ -23,6 +23,8 @@ pub struct DirEntry {
     pub kind: u32,
     /// Resume after this entry with this value: the hash of its name.
     pub cookie: u64,
+    /// The object's inode (read anyway for its type), for listings with attributes.
+    pub inode: Inode,
 }
 
 /// A page of a listing.
@@ -83,6 +85,7 @@ impl MetaStore {
     /// Up to `max` entries of `dir` after `cookie` (0 starts at the beginning), more only
     /// to finish a run of equal hashes.
     pub fn readdir(&self, dir: Oid, cookie: u64, max: usize) -> DfsResult<DirPage> {
+        let pending = self.pending();
         let tx = self.db.begin_read().storage()?;
         let inodes = tx.open_table(INODES).storage()?;
         get_dir(&inodes, dir)?;
@@ -104,11 +107,13 @@ impl MetaStore {
             {
                 return Ok(page);
             }
+            let inode = pending.apply(get_inode(&inodes, oid.value())?);
             page.entries.push(DirEntry {
                 name: name.to_string(),
                 oid: oid.value(),
-                kind: get_inode(&inodes, oid.value())?.mode & S_IFMT,
+                kind: inode.mode & S_IFMT,
                 cookie: hash,
+                inode,
             });
         }
         page.end = true;
