@@ -192,3 +192,30 @@ fn a_long_listing_needs_no_lookup_per_entry() {
     let more = served(&w, "lookup") - lookups;
     assert!(more <= 2, "{more} lookups for 300 listed entries");
 }
+
+#[test]
+fn two_mounts_of_a_multi_writer_volume_see_each_others_closed_files() {
+    if !can_mount() {
+        return;
+    }
+    let backing = EngineBacking::start();
+    let a = WorkerProc::start(&backing, Opts::default());
+    let b = WorkerProc::start(&backing, Opts::default());
+    for round in 0..5u32 {
+        let body = format!("round {round} from A {}", "x".repeat(round as usize * 1000));
+        // B holds fresh attributes (and pages) of the old file while A replaces it.
+        let _ = std::fs::read(b.path("shared"));
+        std::fs::write(a.path("shared"), &body).unwrap();
+        // Close-to-open: B's open after A's close sees everything A wrote, at once.
+        assert_eq!(std::fs::read_to_string(b.path("shared")).unwrap(), body);
+        let reply = format!("round {round} from B, longer than A's first");
+        let _ = std::fs::read(a.path("shared"));
+        std::fs::write(b.path("shared"), &reply).unwrap();
+        assert_eq!(std::fs::read_to_string(a.path("shared")).unwrap(), reply);
+        std::fs::write(b.path(&format!("new-{round}")), b"made by B").unwrap();
+        assert_eq!(
+            std::fs::read(a.path(&format!("new-{round}"))).unwrap(),
+            b"made by B"
+        );
+    }
+}
