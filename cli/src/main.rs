@@ -112,7 +112,8 @@ enum Command {
     /// DAOS certificates for development clusters and tests.
     #[command(subcommand)]
     Certs(certs::CertsCmd),
-    /// The fio matrix side by side: a dpufs mount, the engine's backing directory, peers.
+    /// Benchmarks side by side: a dpufs mount, the engine's backing directory, peers (the fio
+    /// matrix; `bench meta`: metadata and small files).
     Bench(bench::BenchArgs),
 }
 

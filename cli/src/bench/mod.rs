@@ -1,4 +1,5 @@
-//! `dpufs bench`: the fio matrix side by side (docs/benchmarks.md: ratios measured side by side in one run).
+//! `dpufs bench`: the fio matrix and the metadata phases (`bench meta`) side by side
+//! (docs/benchmarks.md: ratios measured side by side in one run).
 //!
 //! Every case runs against every target round by round, the target order rotating each round,
 //! so drift on a shared machine hits all targets alike; the report gives medians over rounds
