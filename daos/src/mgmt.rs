@@ -292,7 +292,7 @@ impl MgmtClient {
         Ok(resp.count)
     }
 
-    /// PoolQuery with the server's default mask plus enabled ranks.
+    /// PoolQuery with the server's default mask.
     pub async fn pool_query(&self, id: &str) -> Result<PoolInfo> {
         let req = mgmt::PoolQueryReq {
             sys: self.sys(),
@@ -301,10 +301,9 @@ impl MgmtClient {
         };
         let r = rpc!(self, self.timeout(), req, pool_query)?;
         body_status(r.status, "pool query")?;
-        let state = mgmt::PoolServiceState::try_from(r.state).map_or_else(
-            |_| format!("Unknown({})", r.state),
-            |s| s.as_str_name().to_string(),
-        );
+        let state = pool_state(r.total_targets, r.disabled_targets)
+            .as_str_name()
+            .to_string();
         let rebuild_state = r
             .rebuild
             .as_ref()
@@ -517,9 +516,29 @@ fn acl_of(r: mgmt::AclResp) -> Result<Acl> {
     })
 }
 
+/// A queried pool's state as dmg derives it (DAOS 2.8.0, `UpdateState` in
+/// src/control/lib/control/pool.go): the server leaves the reply's `state` unset, so a query
+/// that succeeded is Ready, Unknown without targets, TargetsExcluded with disabled ones.
+fn pool_state(total_targets: u32, disabled_targets: u32) -> mgmt::PoolServiceState {
+    use mgmt::PoolServiceState::{Ready, TargetsExcluded, Unknown};
+    match (total_targets, disabled_targets) {
+        (0, _) => Unknown,
+        (_, 0) => Ready,
+        _ => TargetsExcluded,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pool_state_is_derived_as_dmg_derives_it() {
+        use mgmt::PoolServiceState::{Ready, TargetsExcluded, Unknown};
+        assert_eq!(pool_state(8, 0), Ready);
+        assert_eq!(pool_state(8, 2), TargetsExcluded);
+        assert_eq!(pool_state(0, 0), Unknown);
+    }
 
     #[test]
     fn pool_data_is_on_nvme_or_else_scm() {

@@ -151,13 +151,14 @@ fn assert_same_query(bed: &Bed, pool: &str) -> Value {
         "pool query {pool}: dpufs {ours:#} vs dmg {theirs:#}"
     );
     assert_eq!(ours["uuid"], theirs["uuid"], "{ours:#} vs {theirs:#}");
-    // KNOWN DIFFERENCE (issue 29, to fix in dpufs): the 2.8.0 server leaves the reply's
-    // `state` unset (0, Creating) and dmg derives it (control/lib/control/pool.go,
-    // UpdateState: status 0 → Ready, no targets → Unknown, disabled targets →
-    // TargetsExcluded); dpufs shows the raw "Creating". dpufs also shows no label (the reply
-    // has none; dmg prints none either).
+    // The 2.8.0 server leaves the reply's `state` unset; dpufs derives it as dmg does
+    // (control/lib/control/pool.go, UpdateState). dpufs shows no label (the reply has none;
+    // dmg prints none either).
     assert_eq!(theirs["state"], "Ready", "dmg: {theirs:#}");
-    assert_eq!(ours["state"], "Creating", "dpufs: {ours:#}");
+    assert_eq!(
+        ours["state"], theirs["state"],
+        "dpufs {ours:#} vs dmg {theirs:#}"
+    );
     assert_eq!(ours["label"], "", "dpufs: {ours:#}");
     theirs
 }

@@ -456,3 +456,17 @@ fn fsync_of_many_small_files_survives_a_crash_with_every_size() {
         (0..50).map(|i| 4096 + i).sum::<u64>()
     );
 }
+
+#[test]
+fn an_orderly_close_keeps_unrecorded_writes() {
+    let (disk, ns) = fresh(None);
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
+    ns.write(f.oid, 0, &pattern(5000, 4)).unwrap();
+    assert_eq!(ns.unrecorded_files(), 1);
+    // Closed in order (an engine stop), not crashed: nothing it answered is lost.
+    drop(ns);
+    let again = Namespace::open(Arc::new(disk), config(None)).unwrap();
+    let f = again.lookup(ROOT, "f").unwrap();
+    assert_eq!(read_all(&again, f.oid), pattern(5000, 4));
+    assert_eq!(again.used().unwrap(), 5000);
+}

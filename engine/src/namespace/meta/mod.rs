@@ -148,6 +148,16 @@ impl MetaTx<'_> {
     }
 }
 
+impl Drop for MetaStore {
+    /// A store closed in order (engine stop, container close) keeps what writes noted: they
+    /// are recorded before the database closes, which persists its commits.
+    fn drop(&mut self) {
+        if let Err(e) = self.record_pending(&mut self.pending_mut()) {
+            tracing::error!(path = %self.path.display(), "recording writes at close: {e}");
+        }
+    }
+}
+
 impl MetaStore {
     /// Opens (or creates) the store at `path`; [`MetaStore::init`] lays out a new one.
     pub fn open(disk: Arc<dyn Disk>, path: &Path, read_only: bool) -> DfsResult<MetaStore> {
