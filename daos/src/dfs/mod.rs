@@ -252,19 +252,23 @@ pub trait Dfs: Send + Sync {
     }
 }
 
-/// Clears the set-ID bits a write by a caller without `CAP_FSETID` whose group is `gid`
-/// clears from `oid`'s mode, if any; returns the attributes after.
-pub fn drop_set_id<D: Dfs + ?Sized>(dfs: &D, oid: Oid, gid: u32) -> DfsResult<Attr> {
+/// The permission bits `oid` keeps after a write by a caller without `CAP_FSETID` whose
+/// group is `gid` (see [`without_set_id`]); `None` when it has no set-ID bit to clear.
+pub fn mode_without_set_id<D: Dfs + ?Sized>(dfs: &D, oid: Oid, gid: u32) -> DfsResult<Option<u32>> {
     let attr = dfs.getattr(oid)?;
     let mode = without_set_id(attr.mode, attr.gid == gid);
-    if mode == attr.mode {
-        return Ok(attr);
-    }
-    dfs.setattr(
-        oid,
-        &SetAttr {
-            mode: Some(mode & 0o7777),
+    Ok((mode != attr.mode).then_some(mode & 0o7777))
+}
+
+/// Clears the set-ID bits a write by a caller without `CAP_FSETID` whose group is `gid`
+/// clears from `oid`'s mode, if it has any.
+pub fn drop_set_id<D: Dfs + ?Sized>(dfs: &D, oid: Oid, gid: u32) -> DfsResult<()> {
+    if let Some(mode) = mode_without_set_id(dfs, oid, gid)? {
+        let set = SetAttr {
+            mode: Some(mode),
             ..SetAttr::default()
-        },
-    )
+        };
+        dfs.setattr(oid, &set)?;
+    }
+    Ok(())
 }

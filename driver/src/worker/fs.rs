@@ -24,7 +24,7 @@ use super::stats::{Op, Stats};
 use super::throttle::Throttle;
 use dpufs_daos::dfs::{
     Attr, Dfs, DfsError, Errno, Oid, ROOT_OID, S_IFDIR, S_IFMT, S_IFREG, SetAttr, TimeSet,
-    Timespec, XattrMode, without_set_id,
+    Timespec, XattrMode, mode_without_set_id,
 };
 use dpufs_node_api::control::FsUsage;
 use dpufs_node_api::handover::{HandoverError, SESSION_VERSION, SessionConfig, SessionRecord};
@@ -54,9 +54,10 @@ fn dirent(e: &dpufs_daos::dfs::DirEntry) -> DirEntry<'_> {
 }
 
 /// File capabilities (`security.capability`) are not supported: the kernel asks for this
-/// attribute before every write to a file (to drop it), and answering "none" here instead
-/// of asking the backend saves a round trip to the engine per write. Setting it fails with
-/// EOPNOTSUPP, as on file systems without file capabilities.
+/// attribute before the first write to a file (to drop it; HANDLE_KILLPRIV_V2 makes that once
+/// per inode), and answering "none" here instead of asking the backend saves a round trip to
+/// the engine. Setting it fails with EOPNOTSUPP, as on file systems without file
+/// capabilities.
 const FILE_CAPABILITIES: &CStr = c"security.capability";
 
 /// `FOPEN_NOFLUSH` (kernel 5.16+): close(2) sends no FLUSH (ignored by the kernel with the
@@ -478,17 +479,9 @@ impl DfsFs {
             ..SetAttr::default()
         };
         if fuse_flags & FOPEN_IN_KILL_SUIDGID != 0 {
-            set.mode = self.mode_without_set_id(oid, gid)?;
+            set.mode = mode_without_set_id(&*self.dfs, oid, gid).map_err(err)?;
         }
         self.dfs.setattr(oid, &set).map_err(err).map(drop)
-    }
-
-    /// The mode of `oid` without the set-ID bits a write by a caller without CAP_FSETID in
-    /// group `gid` clears, if it has any to clear.
-    fn mode_without_set_id(&self, oid: Oid, gid: u32) -> io::Result<Option<u32>> {
-        let a = self.dfs.getattr(oid).map_err(err)?;
-        let cleared = without_set_id(a.mode, a.gid == gid);
-        Ok((cleared != a.mode).then_some(cleared & 0o7777))
     }
 
     fn write_session_record(&self, offered: FsOptions, enabled: FsOptions) {
@@ -641,7 +634,7 @@ impl FileSystem for DfsFs {
                 set.size = Some(attr.st_size as u64);
                 if valid.contains(SetattrValid::KILL_SUIDGID) && set.mode.is_none() {
                     // A truncation by a caller without CAP_FSETID (HANDLE_KILLPRIV_V2).
-                    set.mode = self.mode_without_set_id(inode, ctx.gid)?;
+                    set.mode = mode_without_set_id(&*self.dfs, inode, ctx.gid).map_err(err)?;
                 }
             }
             if valid.contains(SetattrValid::ATIME_NOW) {
