@@ -45,9 +45,9 @@ pub fn attr(ino: &Inode) -> proto::DfsAttr {
 pub fn entry(e: DirEntry, plus: bool) -> proto::DfsDirEntry {
     proto::DfsDirEntry {
         attr: plus.then(|| attr(&e.inode)),
+        oid: e.inode.oid,
+        kind: e.kind(),
         name: e.name,
-        oid: e.oid,
-        kind: e.kind,
         cookie: e.cookie,
     }
 }

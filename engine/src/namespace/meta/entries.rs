@@ -18,13 +18,17 @@ use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
     pub name: String,
-    pub oid: Oid,
-    /// File type bits (`S_IFDIR`, `S_IFREG`, `S_IFLNK`).
-    pub kind: u32,
     /// Resume after this entry with this value: the hash of its name.
     pub cookie: u64,
-    /// The object's inode (read anyway for its type), for listings with attributes.
+    /// The object it names (read anyway for its type), for listings with attributes.
     pub inode: Inode,
+}
+
+impl DirEntry {
+    /// File type bits (`S_IFDIR`, `S_IFREG`, `S_IFLNK`).
+    pub fn kind(&self) -> u32 {
+        self.inode.mode & S_IFMT
+    }
 }
 
 /// A page of a listing.
@@ -107,13 +111,10 @@ impl MetaStore {
             {
                 return Ok(page);
             }
-            let inode = pending.apply(get_inode(&inodes, oid.value())?);
             page.entries.push(DirEntry {
                 name: name.to_string(),
-                oid: oid.value(),
-                kind: inode.mode & S_IFMT,
                 cookie: hash,
-                inode,
+                inode: pending.apply(get_inode(&inodes, oid.value())?),
             });
         }
         page.end = true;
