@@ -13,12 +13,11 @@
 //! fabric ports are fixed, so [`DaosSystem::start`] first takes an exclusive `flock` on
 //! [`LOCK_FILE`] (held until drop), which serializes tests across threads and processes.
 
+use crate::process::{Detach, free_port, spawn_logged};
 use anyhow::{Context, bail};
 use std::fs::File;
 use std::io::Write;
-use std::net::TcpListener;
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -200,13 +199,14 @@ impl DaosSystem {
         let layout = Layout::new(dir.path());
         layout.create()?;
         layout.write_configs(prefix, port)?;
-        let server = spawn_session(
+        let server = spawn_logged(
             prefix
                 .command("daos_server")
                 .arg("start")
                 .arg("-o")
                 .arg(&layout.server_yml),
             &layout.server_stdout(),
+            Detach::NewSession,
         )?;
         let mut system = DaosSystem {
             prefix: prefix.clone(),
@@ -274,13 +274,14 @@ impl DaosSystem {
     /// Starts `daos_agent` (for clients of the data plane) and waits until it listens.
     pub fn start_agent(&mut self) -> anyhow::Result<()> {
         let layout = self.layout();
-        let agent = spawn_session(
+        let agent = spawn_logged(
             self.prefix
                 .command("daos_agent")
                 .arg("-o")
                 .arg(&layout.agent_yml)
                 .arg("start"),
             &layout.agent_stdout(),
+            Detach::NewSession,
         )?;
         self.agent = Some(agent);
         let log = layout.agent_stdout();
@@ -549,31 +550,6 @@ fn refuse_running_daos() -> anyhow::Result<()> {
         bail!("DAOS is already running here: {}", running.join(", "));
     }
     Ok(())
-}
-
-/// A port that was free a moment ago.
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// Spawns `cmd` in a session of its own (as `setsid` does: signals to the test's process
-/// group do not reach it, and its process group can be signalled whole), output into `log`.
-fn spawn_session(cmd: &mut Command, log: &Path) -> anyhow::Result<Child> {
-    let out = File::create(log)?;
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.stdin(Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out)
-        .spawn()
-        .with_context(|| format!("spawning {cmd:?}"))
 }
 
 /// Runs `cmd` to completion, killing it after `timeout`.

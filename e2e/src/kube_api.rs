@@ -12,12 +12,11 @@
 //! SKIPPED line, unless `DPUFS_REQUIRE_KUBE=1`, which turns the absence into a
 //! test failure (for CI machines that must run these tests).
 
+use crate::process::{Detach, free_port, spawn_logged};
 use anyhow::{Context, bail};
 use std::io::Write;
-use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// How long etcd and the API server get to become ready.
@@ -84,7 +83,7 @@ impl KubeApiServer {
     fn start_from(bin: &Path) -> anyhow::Result<KubeApiServer> {
         let dir = tempfile::tempdir()?;
         let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
-        let etcd = spawn(
+        let etcd = spawn_logged(
             Command::new(bin.join("etcd"))
                 .arg("--data-dir")
                 .arg(dir.path().join("etcd"))
@@ -102,6 +101,7 @@ impl KubeApiServer {
                 // Tests write little and never need fsync for durability.
                 .arg("--unsafe-no-fsync"),
             &dir.path().join("etcd.log"),
+            Detach::DieWithParent,
         )?;
         write_service_account_key(dir.path())?;
         let tokens = dir.path().join("tokens.csv");
@@ -109,7 +109,7 @@ impl KubeApiServer {
             &tokens,
             format!("{ADMIN_TOKEN},dpufs-e2e-admin,1,system:masters\n"),
         )?;
-        let apiserver = spawn(
+        let apiserver = spawn_logged(
             Command::new(bin.join("kube-apiserver"))
                 .arg(format!("--etcd-servers=http://127.0.0.1:{etcd_port}"))
                 .arg(format!("--secure-port={api_port}"))
@@ -131,6 +131,7 @@ impl KubeApiServer {
                 ))
                 .arg("--enable-priority-and-fairness=false"),
             &dir.path().join("kube-apiserver.log"),
+            Detach::DieWithParent,
         )?;
         let url = format!("https://127.0.0.1:{api_port}");
         let kubeconfig = dir.path().join("kubeconfig");
@@ -156,7 +157,7 @@ impl KubeApiServer {
             .context("Kubernetes binaries")?
             .join("kube-controller-manager");
         let kubeconfig = self.kubeconfig.display().to_string();
-        self.controller_manager = Some(spawn(
+        self.controller_manager = Some(spawn_logged(
             Command::new(&bin)
                 .arg(format!("--kubeconfig={kubeconfig}"))
                 .arg(format!("--authentication-kubeconfig={kubeconfig}"))
@@ -167,8 +168,7 @@ impl KubeApiServer {
                     self.dir.path().join("sa.key").display()
                 ))
                 .arg("--controllers=*,-node-ipam-controller,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller"),
-            &self.dir.path().join("kube-controller-manager.log"),
-        )?);
+            &self.dir.path().join("kube-controller-manager.log"), Detach::DieWithParent)?);
         Ok(())
     }
 
@@ -319,32 +319,6 @@ pub async fn apply(client: &kube::Client, uri: &str, yaml: Vec<u8>) -> anyhow::R
         bail!("{status}: {}", String::from_utf8_lossy(&body));
     }
     Ok(warnings)
-}
-
-/// Spawns a server with its output in `log`; it dies with the thread that
-/// started it (PR_SET_PDEATHSIG) if the test process is killed before the
-/// fixture is dropped.
-pub(crate) fn spawn(cmd: &mut Command, log: &Path) -> anyhow::Result<Child> {
-    let out = std::fs::File::create(log)?;
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.stdin(Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out)
-        .spawn()
-        .with_context(|| format!("spawning {cmd:?}"))
-}
-
-/// A port that was free a moment ago.
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// The key pair that signs and checks service account tokens.

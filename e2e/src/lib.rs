@@ -8,6 +8,7 @@ pub mod guest;
 pub mod kube_api;
 pub mod manifests;
 pub mod netns;
+mod process;
 pub mod volume;
 
 use anyhow::{Context, bail};

@@ -192,7 +192,11 @@ impl GuestBuilder {
         if let Some(netns) = &self.netns {
             crate::netns::enter_on_exec(netns, &mut cmd)?;
         }
-        let child = crate::kube_api::spawn(&mut cmd, &files.qemu_log)?;
+        let child = crate::process::spawn_logged(
+            &mut cmd,
+            &files.qemu_log,
+            crate::process::Detach::DieWithParent,
+        )?;
         Ok(Guest {
             child,
             files,
