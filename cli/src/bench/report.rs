@@ -57,16 +57,28 @@ pub(super) fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn row(case: &Case, target: &str, runs: &[Run]) -> Row {
-    let mine = runs
-        .iter()
-        .filter(|r| r.case == *case && r.target == target);
-    let ok: Vec<&Sample> = mine
-        .clone()
-        .filter_map(|r| r.result.as_ref().ok())
-        .collect();
-    let mut errors: Vec<String> = mine.filter_map(|r| r.result.clone().err()).collect();
+/// The samples of one row's runs, and why the others failed (each reason once in a row).
+pub(super) fn outcomes<'a, S: 'a>(
+    results: impl Iterator<Item = &'a Result<S, String>>,
+) -> (Vec<&'a S>, Vec<String>) {
+    let mut ok = Vec::new();
+    let mut errors: Vec<String> = Vec::new();
+    for result in results {
+        match result {
+            Ok(s) => ok.push(s),
+            Err(e) => errors.push(e.clone()),
+        }
+    }
     errors.dedup();
+    (ok, errors)
+}
+
+fn row(case: &Case, target: &str, runs: &[Run]) -> Row {
+    let (ok, errors) = outcomes(
+        runs.iter()
+            .filter(|r| r.case == *case && r.target == target)
+            .map(|r| &r.result),
+    );
     let med = |f: fn(&Sample) -> f64| median(ok.iter().map(|s| f(s)).collect());
     Row {
         case: case.label(),

@@ -2,7 +2,7 @@
 //! to the baseline and to the fastest peer, as Markdown and JSON.
 
 use super::super::Lineup;
-use super::super::report::{median, save};
+use super::super::report::{median, outcomes, save};
 use super::measure::Cost;
 use super::phase::{Phase, Unit};
 use serde::Serialize;
@@ -63,15 +63,11 @@ struct Row {
 }
 
 fn row(phase: Phase, target: &str, runs: &[Run]) -> Row {
-    let mine = runs
-        .iter()
-        .filter(|r| r.phase == phase && r.target == target);
-    let ok: Vec<&Sample> = mine
-        .clone()
-        .filter_map(|r| r.result.as_ref().ok())
-        .collect();
-    let mut errors: Vec<String> = mine.filter_map(|r| r.result.clone().err()).collect();
-    errors.dedup();
+    let (ok, errors) = outcomes(
+        runs.iter()
+            .filter(|r| r.phase == phase && r.target == target)
+            .map(|r| &r.result),
+    );
     let values = ok.iter().map(|s| s.value);
     let med = |f: fn(&Sample) -> f64| median(ok.iter().map(|s| f(s)).collect());
     Row {

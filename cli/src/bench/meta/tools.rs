@@ -37,7 +37,11 @@ fn command(op: TreeOp, source: &Source, dir: &Path) -> Command {
 
 /// Runs `op` to completion; an error carries the tool's own words.
 pub fn run(op: TreeOp, source: &Source, dir: &Path) -> anyhow::Result<()> {
-    let mut cmd = command(op, source, dir);
+    checked(command(op, source, dir))
+}
+
+/// Runs a tool to completion, its output discarded; an error carries the tool's own words.
+pub fn checked(mut cmd: Command) -> anyhow::Result<()> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     let out = cmd
         .stdin(Stdio::null())

@@ -1,7 +1,7 @@
 //! The small-file tree: a deterministic synthetic tree shaped like a source tree, written once
 //! to local disk (with a tar of it) and copied to every target.
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -154,22 +154,14 @@ impl Source {
             tar: scratch.join("tree.tar"),
         };
         tree.write(&source.tree)?;
-        let out = Command::new("tar")
-            .arg("-c")
+        let mut tar = Command::new("tar");
+        tar.arg("-c")
             .arg("-f")
             .arg(&source.tar)
             .arg("-C")
             .arg(scratch)
-            .arg(TREE_NAME)
-            .output()
-            .context("run tar")?;
-        if !out.status.success() {
-            bail!(
-                "tar failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
+            .arg(TREE_NAME);
+        super::tools::checked(tar)?;
         Ok(source)
     }
 
