@@ -123,11 +123,18 @@ impl Bed {
             .expect("write the directory");
         let state = dir.path().join("state");
         std::fs::create_dir_all(&state).expect("state dir");
-        std::fs::write(
-            dir.path().join("agent.key"),
-            vol.agent.to_pem().expect("PEM"),
-        )
-        .expect("write the agent key");
+        // Private, as the plugin requires of a signing key.
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(dir.path().join("agent.key"))
+                .and_then(|mut f| f.write_all(&vol.agent.to_pem().expect("PEM")))
+                .expect("write the agent key");
+        }
         let mut bed = Bed {
             vol,
             state,

@@ -71,13 +71,35 @@ impl AgentKey {
         self.key.private_key_to_pem_pkcs8().map_err(crypto)
     }
 
-    /// Loads the key at `path`, or generates one and writes it there (mode 0600).
+    /// Loads the key at `path`, or generates one and writes it there (mode 0600). An existing
+    /// key that group or others may read is refused: whoever reads it can sign capabilities
+    /// for every tenant on the node (as DAOS refuses its own keys with wide permissions).
     pub fn load_or_generate(path: &Path) -> Result<AgentKey, CapabilityError> {
         let io = |op: &str, e: std::io::Error| {
             CapabilityError::Io(format!("{op} {}: {e}", path.display()))
         };
-        match std::fs::read(path) {
-            Ok(pem) => AgentKey::from_pem(&pem),
+        match std::fs::File::open(path) {
+            Ok(mut file) => {
+                use std::io::Read;
+                use std::os::unix::fs::PermissionsExt;
+                // The mode of the file we opened, not of whatever the path names later.
+                let mode = file
+                    .metadata()
+                    .map_err(|e| io("stat", e))?
+                    .permissions()
+                    .mode();
+                if mode & 0o077 != 0 {
+                    return Err(CapabilityError::Io(format!(
+                        "the agent key {} has mode {:o}: group or others may read it and sign \
+                         capabilities for any tenant; make it private (chmod 600 {0})",
+                        path.display(),
+                        mode & 0o777
+                    )));
+                }
+                let mut pem = Vec::new();
+                file.read_to_end(&mut pem).map_err(|e| io("read", e))?;
+                AgentKey::from_pem(&pem)
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 use std::io::Write;
                 use std::os::unix::fs::OpenOptionsExt;
@@ -307,5 +329,26 @@ mod tests {
         let first = AgentKey::load_or_generate(&path).unwrap();
         let second = AgentKey::load_or_generate(&path).unwrap();
         assert_eq!(first.key_id(), second.key_id());
+    }
+
+    #[test]
+    fn a_key_others_may_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.pem");
+        let key = AgentKey::load_or_generate(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "a generated key is private");
+        for wide in [0o640, 0o604, 0o644] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(wide)).unwrap();
+            let err = AgentKey::load_or_generate(&path).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("mode {wide:o}")) && err.contains("chmod 600"),
+                "{err}"
+            );
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let again = AgentKey::load_or_generate(&path).unwrap();
+        assert_eq!(again.key_id(), key.key_id());
     }
 }
