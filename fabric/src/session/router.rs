@@ -138,14 +138,17 @@ impl<C: CompletionQueue> Router<C> {
 
     /// Wakes one follower so it takes over polling.
     pub fn wake_one(&self) {
-        if let Some(t) = self.lock_sleepers().pop() {
+        // Not under the lock: the woken thread, often run at once on this core, takes it first.
+        let next = self.lock_sleepers().pop();
+        if let Some(t) = next {
             t.unpark();
         }
     }
 
     /// Wakes every follower (shutdown, connection failure).
     pub fn wake_all(&self) {
-        for t in self.lock_sleepers().drain(..) {
+        let all = std::mem::take(&mut *self.lock_sleepers());
+        for t in all {
             t.unpark();
         }
     }

@@ -91,6 +91,9 @@ impl<D: RdmaDevice> ServerConn<D> {
     }
 }
 
+/// The request an idle worker found while polling, which it runs itself.
+pub(crate) type OwnJob<D> = std::cell::RefCell<Option<Job<D>>>;
+
 /// Queued requests and the workers waiting for one.
 #[derive(Debug)]
 pub(crate) struct Jobs<D: RdmaDevice> {
@@ -151,16 +154,16 @@ impl<D: RdmaDevice> ServerShared<D> {
             .cloned()
     }
 
-    /// Handles one completion of the shared CQ. `leading_idle` says the polling thread is an
-    /// idle worker that will take the next job itself.
-    pub fn dispatch(&self, wc: &WorkCompletion, leading_idle: bool) {
+    /// Handles one completion of the shared CQ. `own` is the slot of an idle worker polling:
+    /// the first request it finds is its own to run, with no hand-off to another thread.
+    pub fn dispatch(&self, wc: &WorkCompletion, own: Option<&OwnJob<D>>) {
         let (kind, conn_id, index, epoch) = wr_parts(wc.wr_id);
         let conn = self.conn(conn_id);
         match kind {
             RECV => {
                 let Some(conn) = conn else { return };
                 if wc.status == WcStatus::Success {
-                    self.on_request(&conn, index, wc.byte_len as usize, leading_idle);
+                    self.on_request(&conn, index, wc.byte_len as usize, own);
                 } else {
                     self.conn_failed(&conn, Death::Transport(wc.status));
                 }
@@ -172,7 +175,10 @@ impl<D: RdmaDevice> ServerShared<D> {
                     let mut st = lock(state);
                     if st.epoch == epoch && st.owner == conn_id {
                         st.read_done = Some(wc.status);
-                        if let Some(t) = &st.waiter {
+                        // Woken after the lock is released: the waiter locks it first thing.
+                        let waiter = st.waiter.clone();
+                        drop(st);
+                        if let Some(t) = waiter {
                             t.unpark();
                         }
                     }
@@ -226,7 +232,7 @@ impl<D: RdmaDevice> ServerShared<D> {
         conn: &Arc<ServerConn<D>>,
         recv: u16,
         byte_len: usize,
-        leading_idle: bool,
+        own: Option<&OwnJob<D>>,
     ) {
         let mut raw = [0u8; REQUEST_HEADER_LEN];
         let offset = conn.recv_offset(recv);
@@ -257,7 +263,7 @@ impl<D: RdmaDevice> ServerShared<D> {
                  nothing was done",
                 header.request_id
             );
-            self.queue(conn, header, body, Some(reason), leading_idle);
+            self.queue(conn, header, body, Some(reason), own);
             return;
         }
         conn.last_id.store(header.request_id, Ordering::Release);
@@ -265,17 +271,18 @@ impl<D: RdmaDevice> ServerShared<D> {
         if refusal.is_some() {
             bump(&self.counters.requests_refused);
         }
-        self.queue(conn, header, body, refusal, leading_idle);
+        self.queue(conn, header, body, refusal, own);
     }
 
-    /// Hands a request (or its refusal, which must not be posted from the poller) to a worker.
+    /// Hands a request (or its refusal, which must not be posted from the poller) to a worker:
+    /// the polling one if it has none yet, else the queue, waking an idle worker.
     fn queue(
         &self,
         conn: &Arc<ServerConn<D>>,
         header: RequestHeader,
         body: Vec<u8>,
         refusal: Option<String>,
-        leading_idle: bool,
+        own: Option<&OwnJob<D>>,
     ) {
         let job = Job {
             conn: conn.clone(),
@@ -283,10 +290,26 @@ impl<D: RdmaDevice> ServerShared<D> {
             body,
             refusal,
         };
+        let job = match own {
+            Some(slot) if slot.borrow().is_none() => {
+                *slot.borrow_mut() = Some(job);
+                return;
+            }
+            _ => job,
+        };
         let mut jobs = lock(&self.jobs);
         jobs.queue.push_back(job);
         self.queued.fetch_add(1, Ordering::AcqRel);
-        if !leading_idle && let Some(t) = jobs.idle.pop() {
+        // Not the polling worker itself: it is about to run its own job.
+        let me = std::thread::current().id();
+        let idle = jobs
+            .idle
+            .iter()
+            .rposition(|t| t.id() != me)
+            .map(|i| jobs.idle.swap_remove(i));
+        // Unparked after the lock is released: the woken worker takes it first.
+        drop(jobs);
+        if let Some(t) = idle {
             t.unpark();
         }
     }
@@ -355,7 +378,7 @@ impl<D: RdmaDevice> ServerShared<D> {
         };
         conn.outstanding.fetch_add(1, Ordering::AcqRel);
         let deadline = Instant::now() + self.config.rma_timeout;
-        let dispatch = |wc: &WorkCompletion| self.dispatch(wc, false);
+        let dispatch = |wc: &WorkCompletion| self.dispatch(wc, None);
         let posted = written.and_then(|()| {
             post_patiently::<D>(&self.router, &conn.qp, deadline, &dispatch, || SendWr {
                 wr_id: wr_id(REPLY, conn.id, bounce.0, bounce.1),

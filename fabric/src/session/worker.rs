@@ -11,7 +11,7 @@ use super::handler::{BulkAccess, BulkOps, Request};
 use super::lock;
 use super::pool::Slot;
 use super::router::post_patiently;
-use super::server_conn::{NO_BOUNCE, READ, ServerConn, ServerShared, WRITE, wr_id};
+use super::server_conn::{NO_BOUNCE, OwnJob, READ, ServerConn, ServerShared, WRITE, wr_id};
 use super::stats::{add, bump};
 use super::wire::{
     FLAG_INVALIDATE_WITH_REPLY, LeaseClaim, LeaseRight, MAX_CONTROL_MESSAGE, ReplyHeader,
@@ -120,7 +120,7 @@ impl<D: RdmaDevice> ServerBulk<'_, D> {
         while slot.is_none() && Instant::now() < deadline {
             shared
                 .router
-                .wait(&done, deadline, &|wc| shared.dispatch(wc, false));
+                .wait(&done, deadline, &|wc| shared.dispatch(wc, None));
             slot = shared.bounce.try_acquire();
         }
         shared.bounce_waiters.fetch_sub(1, Ordering::AcqRel);
@@ -173,7 +173,7 @@ impl<D: RdmaDevice> BulkOps for ServerBulk<'_, D> {
         conn.outstanding.fetch_add(1, Ordering::AcqRel);
         let slot = self.slot();
         let deadline = Instant::now() + shared.config.rma_timeout;
-        let dispatch = |wc: &WorkCompletion| shared.dispatch(wc, false);
+        let dispatch = |wc: &WorkCompletion| shared.dispatch(wc, None);
         let posted =
             post_patiently::<D>(&shared.router, &conn.qp, deadline, &dispatch, || SendWr {
                 wr_id: wr_id(READ, conn.id, index, epoch),
@@ -261,7 +261,7 @@ impl<D: RdmaDevice> BulkOps for ServerBulk<'_, D> {
         }
         conn.last_rkey.store(lease.rkey, Ordering::Release);
         let deadline = Instant::now() + shared.config.rma_timeout;
-        let dispatch = |wc: &WorkCompletion| shared.dispatch(wc, false);
+        let dispatch = |wc: &WorkCompletion| shared.dispatch(wc, None);
         post_patiently::<D>(&shared.router, &conn.qp, deadline, &dispatch, || SendWr {
             wr_id: wr_id(WRITE, conn.id, index, epoch),
             op: SendOp::RdmaWrite {
@@ -366,10 +366,16 @@ fn recycle<D: RdmaDevice>(shared: &ServerShared<D>, body: Vec<u8>) {
     }
 }
 
-/// A worker thread: runs queued requests, and polls the CQ while it has none.
+/// A worker thread: runs queued requests, and polls the CQ while it has none. The first request
+/// it finds while polling is its own; the leader's role passes to another idle worker meanwhile.
 pub(crate) fn worker_loop<D: RdmaDevice>(shared: &ServerShared<D>) {
     let mut reply = Vec::with_capacity(4096);
+    let own: OwnJob<D> = std::cell::RefCell::new(None);
     while !shared.shutdown.load(Ordering::Acquire) {
+        if let Some(job) = own.borrow_mut().take() {
+            run(shared, job, &mut reply);
+            continue;
+        }
         let job = {
             let mut jobs = lock(&shared.jobs);
             let job = jobs.queue.pop_front();
@@ -384,12 +390,15 @@ pub(crate) fn worker_loop<D: RdmaDevice>(shared: &ServerShared<D>) {
             run(shared, job, &mut reply);
             continue;
         }
-        let done =
-            || shared.queued.load(Ordering::Acquire) > 0 || shared.shutdown.load(Ordering::Acquire);
+        let done = || {
+            own.borrow().is_some()
+                || shared.queued.load(Ordering::Acquire) > 0
+                || shared.shutdown.load(Ordering::Acquire)
+        };
         shared
             .router
             .wait(&done, Instant::now() + IDLE_WAIT, &|wc| {
-                shared.dispatch(wc, true)
+                shared.dispatch(wc, Some(&own))
             });
         let me = thread::current().id();
         lock(&shared.jobs).idle.retain(|t| t.id() != me);

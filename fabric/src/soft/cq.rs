@@ -1,30 +1,43 @@
 //! Completion queues of the software provider.
 
 use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
+use super::channel::Channel;
 use crate::provider::CompletionQueue;
 use crate::verbs::WorkCompletion;
 
-/// How long a waiter keeps driving progress itself before it sleeps. A small round trip
-/// completes within tens of microseconds; reading the response in the waiting thread saves two
-/// thread hand-offs (completion thread wake-up, then the waiter's), the largest cost of a small
-/// round trip on a 2-core VM, where waking a thread on an idle vCPU alone can take tens of
-/// microseconds. Yielding between tries keeps the core available to the other threads.
-const SPIN: Duration = Duration::from_micros(50);
+/// Longest a waiter sleeps while a source holds back an ACK (see [`Progress::flush_acks`]).
+const ACK_DELAY: Duration = Duration::from_micros(500);
 
-/// Something a waiter can drive: a QP whose responses complete into this queue.
+/// Something a waiter can drive: a QP whose completions land in this queue.
+///
+/// Why waiters drive: on a small machine a thread hand-off per message (the QP's thread reads a
+/// message, then wakes the waiting caller) costs more than the message itself. So a caller
+/// waiting on the queue reads and serves what its QPs received itself, and sleeps in `poll(2)`
+/// on their sockets, not on a condition variable: one wake-up per message, in the thread that
+/// needs it. The QPs' own threads step aside while a waiter drives and take over when none
+/// does, so progress never depends on the application waiting (as with a NIC).
 pub(crate) trait Progress: Send + Sync + std::fmt::Debug {
-    /// Processes whatever responses are ready, without blocking; does nothing if another
-    /// thread is at it.
+    /// Processes whatever has arrived (responses to our requests, the peer's requests), without
+    /// blocking; does nothing where another thread is at it.
     fn progress(&self);
 
-    /// A waiter starts (`true`) or stops (`false`) driving this source. While driven, the
-    /// source's own completion thread stays out of the way instead of waking up for every
-    /// response; `wake` (a waiter about to sleep) hands the job back to it at once.
-    fn set_driven(&self, driven: bool, wake: bool);
+    /// The channels to sleep on while waiting for this source.
+    fn channels(&self, out: &mut Vec<Arc<Channel>>);
+
+    /// A waiter starts (`true`) or stops (`false`) driving this source.
+    fn set_driven(&self, driven: bool);
+
+    /// Sends the ACKs this source holds back (a waiter about to sleep long); true if one was
+    /// waiting.
+    fn flush_acks(&self) -> bool;
+
+    /// Whether this source holds back an ACK.
+    fn acks_pending(&self) -> bool;
 }
 
 /// A completion queue; clones share the queue.
@@ -36,12 +49,13 @@ pub struct SoftCq {
 #[derive(Debug)]
 struct Inner {
     queue: Mutex<VecDeque<WorkCompletion>>,
-    ready: Condvar,
+    /// Wakes a waiter sleeping in `poll(2)` when another thread pushes a completion.
+    ready: EventFd,
     /// Length mirror read by spinning waiters without taking the lock.
     len: AtomicUsize,
-    /// Waiters asleep on `ready`; pushes only notify when there is one.
+    /// Waiters asleep in `poll(2)`; pushes only notify when there is one.
     sleepers: AtomicUsize,
-    /// QPs whose send completions land here.
+    /// QPs whose completions land here.
     sources: Mutex<Vec<Weak<dyn Progress>>>,
 }
 
@@ -50,7 +64,7 @@ impl SoftCq {
         SoftCq {
             inner: Arc::new(Inner {
                 queue: Mutex::new(VecDeque::with_capacity(depth as usize)),
-                ready: Condvar::new(),
+                ready: EventFd::new(),
                 len: AtomicUsize::new(0),
                 sleepers: AtomicUsize::new(0),
                 sources: Mutex::new(Vec::new()),
@@ -76,8 +90,8 @@ impl SoftCq {
         }
         self.inner.len.store(q.len(), Ordering::Release);
         drop(q);
-        if self.inner.sleepers.load(Ordering::Acquire) > 0 {
-            self.inner.ready.notify_all();
+        if self.inner.sleepers.load(Ordering::SeqCst) > 0 {
+            self.inner.ready.signal();
         }
     }
 
@@ -85,7 +99,7 @@ impl SoftCq {
         self.push_all([wc]);
     }
 
-    /// Registers a QP whose send completions land here, so waiters can drive it.
+    /// Registers a QP whose completions land here, so waiters can drive it.
     pub(crate) fn add_source(&self, source: Weak<dyn Progress>) {
         let mut sources = self
             .inner
@@ -93,11 +107,18 @@ impl SoftCq {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         sources.retain(|s| s.strong_count() > 0);
-        sources.push(source);
+        if !sources.iter().any(|s| Weak::ptr_eq(s, &source)) {
+            sources.push(source);
+        }
+    }
+
+    /// Whether `other` is this queue (a QP's send and receive queues may be one).
+    pub(crate) fn same(&self, other: &SoftCq) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Applies `f` to every live source.
-    fn each_source(&self, f: impl Fn(&dyn Progress)) {
+    fn each_source(&self, mut f: impl FnMut(&dyn Progress)) {
         let sources = self
             .inner
             .sources
@@ -108,9 +129,17 @@ impl SoftCq {
         }
     }
 
-    /// Lets every live source process what is ready.
+    /// Lets every live source process what is ready, unless another thread is at it (then
+    /// this one would only wait for it).
     fn drive(&self) {
-        self.each_source(|s| s.progress());
+        let sources = match self.inner.sources.try_lock() {
+            Ok(sources) => sources,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        for source in sources.iter().filter_map(Weak::upgrade) {
+            source.progress();
+        }
     }
 }
 
@@ -132,38 +161,112 @@ impl CompletionQueue for SoftCq {
     }
 
     fn wait(&self, timeout: Duration) -> Option<WorkCompletion> {
-        let start = Instant::now();
-        let deadline = start + timeout;
-        let spin_until = start + SPIN.min(timeout);
+        let deadline = Instant::now() + timeout;
         let ready = || self.inner.len.load(Ordering::Acquire) > 0;
         if !ready() {
-            self.each_source(|s| s.set_driven(true, false));
-            while !ready() && Instant::now() < spin_until {
-                self.drive();
-                if !ready() {
-                    std::thread::yield_now();
-                }
-            }
-            // Hand the job back at once if this waiter is about to sleep, or others already do.
-            let wake = !ready() || self.inner.sleepers.load(Ordering::Acquire) > 0;
-            self.each_source(|s| s.set_driven(false, wake));
+            self.each_source(|s| s.set_driven(true));
+            self.drive_until(&ready, deadline);
+            self.each_source(|s| s.set_driven(false));
         }
         let mut q = self.lock();
+        let wc = q.pop_front();
+        self.inner.len.store(q.len(), Ordering::Release);
+        wc
+    }
+}
+
+impl SoftCq {
+    /// Drives the sources, sleeping in `poll(2)` on their channels and the queue's event
+    /// between rounds, until `ready()` or `deadline`.
+    fn drive_until(&self, ready: &dyn Fn() -> bool, deadline: Instant) {
+        let mut channels = Vec::new();
         loop {
-            if let Some(wc) = q.pop_front() {
-                self.inner.len.store(q.len(), Ordering::Release);
-                return Some(wc);
+            self.drive();
+            if ready() {
+                return;
             }
             let now = Instant::now();
             if now >= deadline {
-                return None;
+                return;
             }
-            self.inner.sleepers.fetch_add(1, Ordering::AcqRel);
-            q = match self.inner.ready.wait_timeout(q, deadline - now) {
-                Ok((q, _)) => q,
-                Err(poisoned) => poisoned.into_inner().0,
+            channels.clear();
+            let mut holding_acks = false;
+            self.each_source(|s| {
+                s.channels(&mut channels);
+                holding_acks |= s.acks_pending();
+            });
+            let sleep = if holding_acks {
+                ACK_DELAY.min(deadline - now)
+            } else {
+                deadline - now
             };
-            self.inner.sleepers.fetch_sub(1, Ordering::AcqRel);
+            self.inner.sleepers.fetch_add(1, Ordering::SeqCst);
+            // A push between our last look and the count above would not have signalled.
+            let woke = ready() || self.sleep(&channels, sleep);
+            self.inner.sleepers.fetch_sub(1, Ordering::SeqCst);
+            if !woke && holding_acks {
+                // Nothing came back for a while: the peer may be waiting for those ACKs.
+                self.each_source(|s| {
+                    s.flush_acks();
+                });
+            }
         }
+    }
+
+    /// Sleeps until a channel is readable, a completion is pushed, or `timeout`; false on
+    /// timeout.
+    fn sleep(&self, channels: &[Arc<Channel>], timeout: Duration) -> bool {
+        let mut fds: Vec<libc::pollfd> = channels
+            .iter()
+            .map(|c| c.as_raw_fd())
+            .chain(std::iter::once(self.inner.ready.fd()))
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // Rounded up, so a short wait does not become a busy loop.
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        // SAFETY: poll on a valid array of pollfds, whose descriptors the Arcs keep open.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if fds.last().is_some_and(|p| p.revents != 0) {
+            self.inner.ready.clear();
+        }
+        n != 0
+    }
+}
+
+/// A non-blocking eventfd: the queue's doorbell for waiters asleep in `poll(2)`.
+#[derive(Debug)]
+struct EventFd(OwnedFd);
+
+impl EventFd {
+    fn new() -> EventFd {
+        // SAFETY: eventfd with valid flags; the result is checked before it is owned.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        assert!(
+            fd >= 0,
+            "eventfd failed: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: a fresh descriptor nobody else owns.
+        EventFd(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    fn signal(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: an 8-byte write to an eventfd; a full counter (EAGAIN) is still signalled.
+        unsafe { libc::write(self.fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    fn clear(&self) {
+        let mut buf = [0u8; 8];
+        // SAFETY: an 8-byte read from a non-blocking eventfd into a stack buffer.
+        unsafe { libc::read(self.fd(), buf.as_mut_ptr().cast(), buf.len()) };
     }
 }

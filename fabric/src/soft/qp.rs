@@ -4,27 +4,34 @@
 //! a NAK moves the QP to ERROR, flushes everything outstanding, and tells the peer by closing
 //! the channels, whose QP then fails too).
 //!
-//! Threads: posting happens in the caller's thread (frames are written directly, no hand-off);
-//! each connected QP has a responder thread serving the peer's requests ([`super::responder`])
-//! and a completion thread reading the responses to its own requests ([`super::requester`]),
-//! a job a caller waiting on the send CQ may take over while it spins.
+//! Threads: posting happens in the caller's thread (frames are written directly, no hand-off).
+//! Reading is done by whoever waits on the QP's completion queue: it serves the peer's
+//! requests ([`super::responder`]) and reads the responses to our own ([`super::requester`])
+//! in its own thread, sleeping in `poll(2)` on the QP's sockets ([`super::cq`]). Each
+//! connected QP also has a responder thread and a completion thread, which step aside while
+//! waiters drive the QP and do the job when none does (a NIC makes progress whether or not the
+//! application polls). A SEND's ACK is held back and sent right behind the QP's next request
+//! (usually the reply), so the peer wakes up once for both.
 //!
-//! Lock order, outermost first: `control` → `tx` → {`sq`, `rq`, `channels`, `threads`}, and
-//! `reader` → `sq`; `sq`, `rq`, `channels` and `threads` are leaves apart from the completion
-//! queues, which are leaves below `sq` and `rq`. A send queue's state changes only under `sq`.
+//! Lock order, outermost first: `control` → `tx` → `serving` → {`sq`, `rq`, `channels`,
+//! `threads`}, and `reader` → `sq`; `sq`, `rq`, `channels` and `threads` are leaves apart from
+//! the completion queues, which are leaves below `sq` and `rq`. A send queue's state changes
+//! only under `sq`.
 
 use std::collections::{HashSet, VecDeque};
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::{self, JoinHandle, Thread};
+use std::time::{Duration, Instant};
 
 use super::channel::{Channel, LocalRef, send_with_fd};
 use super::cm::{self, HelloStatus, PeerInfo};
 use super::cq::Progress;
 use super::memory::Memory;
 use super::mr::{BindingQp, MrInner, SoftMr, SoftMw, invalidate};
+use super::responder::{Mode, Serving};
 use super::table::Counter;
 use super::wire::{Frame, Op, send_frame, send_header};
 use super::{Context, SoftCq, SoftDevice, lock};
@@ -168,10 +175,20 @@ pub(crate) struct QpShared {
     /// The request channel, for whoever processes its responses: the completion thread, or a
     /// caller waiting on the send CQ (see [`super::requester`]). Above `sq` in the lock order.
     pub reader: Mutex<Option<Arc<Channel>>>,
-    /// Waiters currently reading responses themselves (see [`Progress::set_driven`]).
+    /// The responder's state, for whoever serves the peer's requests: the responder thread, or
+    /// a caller waiting on the receive CQ (see [`super::responder`]).
+    serving: Mutex<Option<Serving>>,
+    /// Waiters currently driving this QP (see [`Progress`]); its threads step aside meanwhile.
     pub driven: AtomicUsize,
-    /// The completion thread, to hand it the job back.
+    /// When the last waiter stopped driving ([`since_start`] nanoseconds).
+    last_driven: AtomicU64,
+    /// A waiter left the responder thread work only it can do (a stalled SEND, an end).
+    responder_call: AtomicBool,
+    /// `post_send` wants the ACK held back by the responder sent (see [`QpShared::piggyback_ack`]).
+    ack_wanted: AtomicBool,
+    /// The QP's threads, to wake them.
     completion: Mutex<Option<Thread>>,
+    responder: Mutex<Option<Thread>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     pub counters: Counters,
 }
@@ -233,14 +250,22 @@ impl SoftQp {
             rq_ready: Condvar::new(),
             channels: Mutex::default(),
             reader: Mutex::default(),
+            serving: Mutex::default(),
             driven: AtomicUsize::new(0),
+            last_driven: AtomicU64::new(0),
+            responder_call: AtomicBool::new(false),
+            ack_wanted: AtomicBool::new(false),
             completion: Mutex::default(),
+            responder: Mutex::default(),
             threads: Mutex::default(),
             counters: Counters::default(),
         });
         ctx.qps.insert(&shared);
         let progress: Arc<dyn Progress> = shared.clone();
         send_cq.add_source(Arc::downgrade(&progress));
+        if !recv_cq.same(send_cq) {
+            recv_cq.add_source(Arc::downgrade(&progress));
+        }
         SoftQp { shared }
     }
 
@@ -649,10 +674,12 @@ impl QpShared {
             qp_id: self.num,
             access: ctl.access,
         };
+        *lock(&self.serving) = Some(Serving::new(stream, me, psn));
         let qp = self.clone();
         let handle = thread::Builder::new()
             .name(format!("fabric-resp-{}", self.num))
-            .spawn(move || super::responder::run(&qp, &stream, me, psn))?;
+            .spawn(move || super::responder::run(&qp))?;
+        *lock(&self.responder) = Some(handle.thread().clone());
         lock(&self.threads).push(handle);
         Ok(HelloStatus::Ok)
     }
@@ -681,8 +708,13 @@ impl QpShared {
         self.rq_ready.notify_all();
         *lock(&self.tx) = None;
         *lock(&self.reader) = None;
-        if let Some(t) = lock(&self.completion).take() {
-            t.unpark();
+        if let Some(s) = lock(&self.serving).as_mut() {
+            s.stop();
+        }
+        for thread in [&self.completion, &self.responder] {
+            if let Some(t) = lock(thread).take() {
+                t.unpark();
+            }
         }
         let handles = std::mem::take(&mut *lock(&self.threads));
         for h in handles {
@@ -695,28 +727,121 @@ impl QpShared {
 
 impl Progress for QpShared {
     fn progress(&self) {
-        let reader = match self.reader.try_lock() {
-            Ok(reader) => reader,
-            // Someone else is reading, or a reader panicked: leave it to the completion thread.
-            Err(_) => return,
-        };
-        let ended = reader
-            .as_ref()
-            .is_some_and(|stream| super::requester::drain_ready(self, stream));
-        drop(reader);
-        if ended {
-            self.enter_error(Cause::Transport);
+        if let Ok(reader) = self.reader.try_lock() {
+            let ended = reader
+                .as_ref()
+                .is_some_and(|stream| super::requester::drain_ready(self, stream));
+            drop(reader);
+            if ended {
+                self.enter_error(Cause::Transport);
+            }
+        }
+        // Someone else serving (or a server that panicked) is left to the responder thread.
+        if let Ok(mut serving) = self.serving.try_lock()
+            && let Some(s) = serving.as_mut()
+        {
+            s.serve_ready(self, Mode::Waiter);
+            if self.ack_wanted.swap(false, Ordering::AcqRel) {
+                let _ = s.flush_ack();
+            }
         }
     }
 
-    fn set_driven(&self, driven: bool, wake: bool) {
+    fn channels(&self, out: &mut Vec<Arc<Channel>>) {
+        let ch = lock(&self.channels);
+        out.extend(ch.request.iter().chain(ch.response.iter()).cloned());
+    }
+
+    fn set_driven(&self, driven: bool) {
         if driven {
             self.driven.fetch_add(1, Ordering::AcqRel);
-            return;
+        } else {
+            self.last_driven.store(since_start(), Ordering::Release);
+            self.driven.fetch_sub(1, Ordering::AcqRel);
         }
-        self.driven.fetch_sub(1, Ordering::AcqRel);
-        if wake && let Some(t) = lock(&self.completion).as_ref() {
+    }
+
+    fn flush_acks(&self) -> bool {
+        self.with_serving(|s| s.ack_pending() && s.flush_ack().is_ok())
+            .unwrap_or(false)
+    }
+
+    fn acks_pending(&self) -> bool {
+        self.serving
+            .try_lock()
+            .is_ok_and(|s| s.as_ref().is_some_and(Serving::ack_pending))
+    }
+}
+
+/// How long a QP's threads nap between looks while waiters drive it, and how long after the
+/// last waiter left they still leave the QP alone (a waiter comes back within microseconds
+/// under load; a thread polling the same socket meanwhile would wake up for every message
+/// only to find it taken).
+pub(crate) const THREAD_NAP: Duration = Duration::from_millis(5);
+
+/// Nanoseconds since the first call (a process-wide monotonic clock for atomics).
+fn since_start() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+impl QpShared {
+    /// Whether a QP thread should leave the QP to its waiters: naps (at most [`THREAD_NAP`])
+    /// and returns true while one drives it or did just now.
+    pub fn step_aside(&self) -> bool {
+        let nap = THREAD_NAP.as_nanos() as u64;
+        let quiet = since_start().saturating_sub(self.last_driven.load(Ordering::Acquire));
+        if self.driven.load(Ordering::Acquire) == 0 && quiet >= nap {
+            return false;
+        }
+        thread::park_timeout(Duration::from_nanos(nap.saturating_sub(quiet).max(nap / 5)));
+        true
+    }
+
+    /// Runs `f` on the responder's state (waiting for whoever serves now); `None` before the
+    /// peer connected or after the QP stopped.
+    pub fn with_serving<R>(&self, f: impl FnOnce(&mut Serving) -> R) -> Option<R> {
+        lock(&self.serving).as_mut().map(f)
+    }
+
+    /// A waiter leaves the responder thread work only it can do.
+    pub fn call_responder(&self) {
+        self.responder_call.store(true, Ordering::Release);
+        if let Some(t) = lock(&self.responder).as_ref() {
             t.unpark();
+        }
+    }
+
+    pub fn take_responder_call(&self) -> bool {
+        self.responder_call.swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether the QP stopped (destroyed or reset) and its responder thread should end.
+    pub fn responder_stopped(&self) -> bool {
+        lock(&self.channels).response.is_none()
+    }
+
+    /// Whether a receive is posted (a SEND can land without waiting).
+    pub fn has_recv(&self) -> bool {
+        let rq = lock(&self.rq);
+        rq.closed || !rq.entries.is_empty()
+    }
+
+    /// Sends the ACK the responder holds back for a SEND right behind our own request, so
+    /// the peer wakes once for both. Whoever serves now sends it when done, if we cannot.
+    fn piggyback_ack(&self) {
+        self.ack_wanted.store(true, Ordering::Release);
+        while let Ok(mut serving) = self.serving.try_lock() {
+            if self.ack_wanted.swap(false, Ordering::AcqRel)
+                && let Some(s) = serving.as_mut()
+            {
+                let _ = s.flush_ack();
+            }
+            drop(serving);
+            // A server may have released the lock between our store and its check.
+            if !self.ack_wanted.load(Ordering::Acquire) {
+                break;
+            }
         }
     }
 }
@@ -908,8 +1033,12 @@ impl QueuePair<SoftDevice> for SoftQp {
             }
         };
         match sent {
-            Ok(()) if !is_read => Counters::add(&sh.counters.bytes_sent, len as u64),
-            Ok(()) => {}
+            Ok(()) => {
+                if !is_read {
+                    Counters::add(&sh.counters.bytes_sent, len as u64);
+                }
+                sh.piggyback_ack();
+            }
             Err(e) => {
                 tracing::debug!(qp = sh.num, error = %e, "request channel broke");
                 sh.enter_error(Cause::Transport);

@@ -3,45 +3,38 @@
 //! into the registered buffer the work request named (or, from a same-device peer, is already
 //! there when the response arrives: the peer's responder copied it, see [`super::channel`]).
 //!
-//! Two parties may do the reading, one at a time under the QP's reader lock: the QP's
-//! completion thread, which always makes progress, and a caller waiting on the send CQ
-//! ([`SoftCq::wait`](super::SoftCq) / `poll`), which reads the response itself while it spins.
-//! The second saves the hand-off from the completion thread to the caller, which dominates a
-//! small round trip (a thread wake-up on another core costs more than the whole syscall path).
-//! While a caller drives the QP, the completion thread naps instead of waking for every
-//! response; the caller hands the job back when it goes to sleep.
+//! Two parties may do the reading, one at a time under the QP's reader lock: a caller waiting
+//! on the CQ ([`SoftCq::wait`](super::SoftCq) / `poll`), which reads the response in its own
+//! thread, and the QP's completion thread, which does it when no caller waits (see
+//! [`super::cq::Progress`]). The first saves the hand-off from a reading thread to the caller,
+//! which dominates a small round trip (a thread wake-up costs more than the whole syscall path).
 
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, TryLockError};
 use std::thread;
-use std::time::Duration;
 
 use super::channel::Channel;
-use super::qp::{Cause, QpShared};
+use super::qp::{Cause, QpShared, THREAD_NAP};
+use super::responder::readable;
 use super::wire::{Frame, NakCode, Op, Queued, discard, recv_into, try_read_frame};
 use crate::verbs::{QpState, WcStatus};
-
-/// Longest nap of the completion thread while a waiter drives the QP.
-const DRIVEN_NAP: Duration = Duration::from_millis(1);
 
 /// The completion thread: waits until responses are readable, then processes them unless a
 /// waiting caller already is.
 pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel) {
     let fd = stream.as_raw_fd();
     loop {
-        if qp.driven.load(Ordering::Acquire) > 0 {
+        if qp.step_aside() {
             // A waiter reads the responses itself: waking up for each of them would only take
-            // a core from it. It unparks us when it goes to sleep; the timeout is a safety net.
-            thread::park_timeout(DRIVEN_NAP);
+            // a core from it.
             if crate::soft::lock(&qp.reader).is_none() {
                 // The QP is being destroyed or reset.
                 return;
             }
             continue;
         }
-        if !wait_readable(fd) {
-            break;
+        if !readable(fd, THREAD_NAP.as_millis() as i32) {
+            continue;
         }
         let reader = match qp.reader.try_lock() {
             Ok(reader) => reader,
@@ -52,6 +45,9 @@ pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel) {
                 continue;
             }
         };
+        if reader.is_none() {
+            return;
+        }
         let ended = drain_ready(qp, stream);
         drop(reader);
         if ended {
@@ -126,25 +122,5 @@ fn handle(qp: &QpShared, fd: RawFd, local: bool, frame: &Frame) -> bool {
         }
         // A request on the response direction: the peer is broken.
         Op::Send | Op::SendInv | Op::Write | Op::ReadReq => false,
-    }
-}
-
-/// Waits until `fd` has something to read (data, EOF or an error).
-fn wait_readable(fd: RawFd) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    loop {
-        // SAFETY: poll on one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, -1) };
-        if n >= 0 {
-            return n > 0;
-        }
-        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            // A broken descriptor: report it readable so the reader finds the error.
-            return true;
-        }
     }
 }

@@ -15,9 +15,7 @@ use super::channel::{Channel, HandedOver};
 use super::memory::Memory;
 use super::qp::{Cause, Counters, QpShared};
 use super::table::Counter;
-use super::wire::{
-    Frame, NakCode, Op, Queued, read_frame, recv_into, send_frame, send_header, try_read_frame,
-};
+use super::wire::{Frame, NakCode, Op, Queued, recv_into, send_frame, send_header, try_read_frame};
 use crate::checks::{Nak, Rejection, ResponderQp, RmaOp, check_rma};
 use crate::verbs::{Access, QpState, WcStatus};
 
@@ -74,31 +72,164 @@ impl From<Rejection> for Fatal {
     }
 }
 
-pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel, me: ResponderQp, first_psn: u32) {
-    let fd = stream.as_raw_fd();
-    // The peer's buffers, when it shares our device; None over TCP, where no reference is
-    // ever accepted.
-    let mut peer_memory = stream.is_local().then(HandedOver::default);
-    let mut expected = first_psn;
-    let mut unacked: Option<u32> = None;
-    let poll = qp.ctx.responder_poll;
-    while let Ok(Some(frame)) = next_request(fd, &mut unacked, poll) {
-        // A SEND may wait for a receive to be posted: acknowledge what came before it first,
-        // so the requester's earlier completions never depend on the receiver's application.
-        if let Some(psn) = unacked.take()
-            && matches!(frame.op, Op::Send | Op::SendInv)
-            && send_header(fd, &Frame::new(Op::Ack, psn)).is_err()
-        {
-            break;
+/// What the responder keeps between requests. One party serves at a time, under the QP's
+/// `serving` lock: the responder thread, or a caller waiting on the QP's completion queue
+/// (see [`super::cq`]), which serves what has arrived instead of waiting for the thread to
+/// hand it over.
+#[derive(Debug)]
+pub(crate) struct Serving {
+    stream: Arc<Channel>,
+    me: ResponderQp,
+    expected: u32,
+    /// The last request served and not acknowledged yet (ACKs are cumulative).
+    unacked: Option<u32>,
+    /// Whether that request was a SEND, whose ACK may wait (see [`Serving::defer_ack`]).
+    unacked_send: bool,
+    /// The peer's buffers, when it shares our device; None over TCP, where no reference is
+    /// ever accepted.
+    peer_memory: Option<HandedOver>,
+    /// A SEND a waiter read but could not land (no receive posted): the thread serves it,
+    /// waiting for the receive as a NIC retries after an RNR NAK.
+    stalled: Option<Frame>,
+    /// Serving is over; the thread finishes the job.
+    end: Option<End>,
+}
+
+/// Why serving stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum End {
+    /// The peer closed its request channel (or it broke).
+    Closed,
+    /// A request was refused: read and drop the rest until the peer closes.
+    Refused,
+    /// The QP is being destroyed.
+    Stop,
+}
+
+/// How far one pass of serving may go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The responder thread: may wait for a receive to be posted, and acknowledges what it
+    /// served before it goes back to waiting.
+    Thread,
+    /// A waiter driving the QP: never blocks on the application, and leaves the ACK of a SEND
+    /// for later (see [`Serving::defer_ack`]).
+    Waiter,
+}
+
+impl Serving {
+    pub fn new(stream: Arc<Channel>, me: ResponderQp, first_psn: u32) -> Serving {
+        Serving {
+            peer_memory: stream.is_local().then(HandedOver::default),
+            stream,
+            me,
+            expected: first_psn,
+            unacked: None,
+            unacked_send: false,
+            stalled: None,
+            end: None,
         }
-        if qp.state() == QpState::Error {
-            // Failed meanwhile (e.g. a local bind error): serve nothing more.
-            drain(fd);
-            return;
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    pub fn ended(&self) -> Option<End> {
+        self.end
+    }
+
+    pub fn stop(&mut self) {
+        self.end.get_or_insert(End::Stop);
+    }
+
+    /// Whether the ACK of what was served may wait. The ACK of a SEND may: the peer's next
+    /// completion that needs it is the reply's, and this QP posts that reply soon after, with
+    /// the ACK right behind it ([`Serving::flush_ack`] from `post_send`), so the peer wakes up
+    /// once for both instead of once for each. At most the peer's queue depth of SENDs waits
+    /// so, and the responder thread flushes what a quiet QP left. Anything else (RDMA WRITEs
+    /// whose sender may be waiting for room) is acknowledged when nothing more is queued.
+    fn defer_ack(&self, mode: Mode) -> bool {
+        mode == Mode::Waiter && self.unacked_send
+    }
+
+    /// Sends the pending ACK, if any.
+    pub fn flush_ack(&mut self) -> std::io::Result<()> {
+        if let Some(psn) = self.unacked.take() {
+            send_header(self.fd(), &Frame::new(Op::Ack, psn))?;
         }
-        let outcome = if frame.psn == expected {
-            expected = expected.wrapping_add(1);
-            serve(qp, fd, &me, &frame, peer_memory.as_mut())
+        Ok(())
+    }
+
+    /// The next request to serve: a stalled one, or one already queued; `None` when nothing is.
+    fn next(&mut self, mode: Mode) -> Option<Frame> {
+        if let Some(frame) = self.stalled.take() {
+            return Some(frame);
+        }
+        match try_read_frame(self.fd()) {
+            Ok(Queued::Frame(frame)) => Some(frame),
+            Ok(Queued::Nothing) => {
+                if !self.defer_ack(mode) && self.flush_ack().is_err() {
+                    self.end = Some(End::Closed);
+                }
+                None
+            }
+            Ok(Queued::Ended) | Err(_) => {
+                self.end = Some(End::Closed);
+                None
+            }
+        }
+    }
+
+    /// Serves every request that has arrived (the thread also waits for a receive a SEND
+    /// needs). Stops at the end of what is queued, or when serving is over; a waiter that
+    /// leaves work only the thread can do calls it.
+    pub fn serve_ready(&mut self, qp: &QpShared, mode: Mode) {
+        self.serve_queued(qp, mode);
+        if mode == Mode::Waiter && self.end.is_some() {
+            qp.call_responder();
+        }
+    }
+
+    /// Whether an ACK waits (see [`Serving::defer_ack`]).
+    pub fn ack_pending(&self) -> bool {
+        self.unacked.is_some()
+    }
+
+    fn serve_queued(&mut self, qp: &QpShared, mode: Mode) {
+        while self.end.is_none() {
+            let Some(frame) = self.next(mode) else {
+                return;
+            };
+            let is_send = matches!(frame.op, Op::Send | Op::SendInv);
+            if is_send && !qp.has_recv() {
+                if mode == Mode::Waiter {
+                    // Landing it means waiting for the application: the thread's job.
+                    self.stalled = Some(frame);
+                    qp.call_responder();
+                    return;
+                }
+                // A SEND may wait for a receive to be posted: acknowledge what came before it
+                // first, so the requester's earlier completions never depend on our application.
+                if self.flush_ack().is_err() {
+                    self.end = Some(End::Closed);
+                    return;
+                }
+            }
+            if qp.state() == QpState::Error {
+                // Failed meanwhile (e.g. a local bind error): serve nothing more.
+                self.end = Some(End::Refused);
+                return;
+            }
+            self.serve_one(qp, &frame, is_send);
+        }
+    }
+
+    fn serve_one(&mut self, qp: &QpShared, frame: &Frame, is_send: bool) {
+        let fd = self.fd();
+        let outcome = if frame.psn == self.expected {
+            self.expected = self.expected.wrapping_add(1);
+            serve(qp, fd, &self.me, frame, self.peer_memory.as_mut())
         } else {
             Err(Fatal {
                 nak: Some(NakCode::Sequence),
@@ -107,21 +238,68 @@ pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel, me: ResponderQp, first_p
             })
         };
         match outcome {
-            Ok(Reply::Ack) => unacked = Some(frame.psn),
-            Ok(Reply::Sent) => unacked = None,
-            Ok(Reply::Stop) => return,
+            Ok(Reply::Ack) => {
+                self.unacked = Some(frame.psn);
+                self.unacked_send = is_send;
+            }
+            Ok(Reply::Sent) => self.unacked = None,
+            Ok(Reply::Stop) => self.end = Some(End::Stop),
             Err(fatal) => {
-                fail(qp, fd, &frame, &fatal);
-                drain(fd);
-                return;
+                fail(qp, fd, frame, &fatal);
+                self.end = Some(End::Refused);
             }
         }
     }
-    // The peer closed its request channel: it failed or was destroyed. If this QP has its own
-    // request channel, the completion thread reads the rest of the story there (a NAK for one
-    // of our requests may still be queued before the close) and fails the QP itself.
-    if !qp.has_request_channel() {
-        qp.enter_error(Cause::Transport);
+}
+
+/// The responder thread: serves requests whenever no waiter does, and finishes serving once it
+/// is over.
+pub(crate) fn run(qp: &Arc<QpShared>) {
+    let poll = qp.ctx.responder_poll;
+    loop {
+        if qp.responder_stopped() {
+            return;
+        }
+        // A waiter that left a stalled SEND or an end for us asked for the thread explicitly.
+        if !qp.take_responder_call() {
+            if qp.step_aside() {
+                continue;
+            }
+            // Nobody drives the QP: acknowledge what a waiter left, then sleep on the socket.
+            let Some(fd) = qp.with_serving(|s| {
+                s.serve_ready(qp, Mode::Thread);
+                s.fd()
+            }) else {
+                return;
+            };
+            if qp.with_serving(|s| s.ended()).flatten().is_none() && !wait_request(fd, poll) {
+                continue;
+            }
+        }
+        let end = qp.with_serving(|s| {
+            s.serve_ready(qp, Mode::Thread);
+            s.ended()
+        });
+        match end.flatten() {
+            None => {}
+            Some(End::Stop) => return,
+            Some(End::Refused) => {
+                if let Some(fd) = qp.with_serving(|s| s.fd()) {
+                    drain(fd);
+                }
+                return;
+            }
+            Some(End::Closed) => {
+                // The peer closed its request channel: it failed or was destroyed. If this QP
+                // has its own request channel, the completion thread reads the rest of the
+                // story there (a NAK for one of our requests may still be queued before the
+                // close) and fails the QP itself.
+                if !qp.has_request_channel() {
+                    qp.enter_error(Cause::Transport);
+                }
+                return;
+            }
+        }
     }
 }
 
@@ -306,42 +484,34 @@ fn fail(qp: &QpShared, fd: RawFd, f: &Frame, fatal: &Fatal) {
     );
 }
 
-/// The next request, waiting for it; first ACKs what `unacked` holds unless a request is
-/// already queued behind it. `Ok(None)` at the end of the stream.
-///
-/// Before it sleeps in `recv`, the responder polls for up to `poll` (the context's
-/// [`DeviceOptions::responder_poll`](super::DeviceOptions)), yielding the core between looks so
-/// a thread it would keep from running gets it.
-fn next_request(
-    fd: RawFd,
-    unacked: &mut Option<u32>,
-    poll: Duration,
-) -> std::io::Result<Option<Frame>> {
-    if let Some(psn) = *unacked {
-        // ACKs are cumulative: while the next request is already queued, one ACK after it
-        // covers this one too, saving a send and a wake-up of the requester per request.
-        let queued = try_read_frame(fd)?;
-        if let Queued::Frame(frame) = queued {
-            return Ok(Some(frame));
-        }
-        send_header(fd, &Frame::new(Op::Ack, psn))?;
-        *unacked = None;
-        if let Queued::Ended = queued {
-            return Ok(None);
-        }
-    }
-    // Without polling (the default) no clock is read on the way to `recv`.
+/// Waits until a request is readable on `fd`, for at most [`super::qp::THREAD_NAP`] so the
+/// thread looks at the waiters again. Polls for up to `poll` first (the context's
+/// [`DeviceOptions::responder_poll`](super::DeviceOptions)), yielding the core between looks
+/// so a thread it would keep from running gets it.
+fn wait_request(fd: RawFd, poll: Duration) -> bool {
+    // Without polling (the default) no clock is read on the way to sleep.
     if !poll.is_zero() {
         let start = Instant::now();
         while start.elapsed() < poll {
-            match try_read_frame(fd)? {
-                Queued::Frame(frame) => return Ok(Some(frame)),
-                Queued::Nothing => std::thread::yield_now(),
-                Queued::Ended => return Ok(None),
+            if readable(fd, 0) {
+                return true;
             }
+            std::thread::yield_now();
         }
     }
-    read_frame(fd)
+    readable(fd, super::qp::THREAD_NAP.as_millis() as i32)
+}
+
+/// Whether `fd` has something to read (data, EOF or an error) within `timeout_ms`.
+pub(crate) fn readable(fd: RawFd, timeout_ms: i32) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one valid pollfd.
+    let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    n != 0
 }
 
 /// Reads and drops everything until the peer closes, so it never blocks sending to a QP that

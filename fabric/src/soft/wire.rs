@@ -124,17 +124,6 @@ impl Frame {
     }
 }
 
-/// Reads one frame header; `Ok(None)` at a clean end of stream.
-pub(crate) fn read_frame(fd: RawFd) -> io::Result<Option<Frame>> {
-    let mut b = [0u8; HEADER_LEN];
-    // SAFETY: the stack buffer is valid for HEADER_LEN bytes.
-    match unsafe { recv_into(fd, b.as_mut_ptr(), HEADER_LEN) } {
-        Ok(()) => Frame::decode(&b).map(Some),
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 /// What a look at a channel without waiting found.
 #[derive(Debug)]
 pub(crate) enum Queued {

@@ -28,9 +28,7 @@ impl<D: RdmaDevice> Link<D> {
                     let mut st = lock(&ctx.state);
                     if st.rotation.is_current(low) {
                         st.inv = Some(wc.status);
-                        if let Some(t) = &st.waiter {
-                            t.unpark();
-                        }
+                        wake_after(st);
                     }
                 }
                 if wc.status != WcStatus::Success {
@@ -79,9 +77,7 @@ impl<D: RdmaDevice> Link<D> {
             header,
             invalidated: wc.invalidated_rkey,
         });
-        if let Some(t) = &st.waiter {
-            t.unpark();
-        }
+        wake_after(st);
     }
 
     /// Marks the link dead (once): the QP goes to ERROR and every waiting call fails.
@@ -188,5 +184,15 @@ impl<D: RdmaDevice> Link<D> {
             self.fail(None, "found dead");
             let _ = self.failure_error();
         }
+    }
+}
+
+/// Wakes a call's waiter once its state's lock is released: the woken thread, often run at once
+/// on this core, locks it first thing.
+fn wake_after<M: crate::provider::MemoryRegion>(st: std::sync::MutexGuard<'_, super::CtxState<M>>) {
+    let waiter = st.waiter.clone();
+    drop(st);
+    if let Some(t) = waiter {
+        t.unpark();
     }
 }
