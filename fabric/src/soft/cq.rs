@@ -10,6 +10,11 @@ use super::channel::Channel;
 use crate::provider::CompletionQueue;
 use crate::verbs::WorkCompletion;
 
+/// How long a waiter keeps looking before it sleeps, yielding the core between looks: a reply
+/// that comes back within this is read without a sleep and a wake-up of an idle vCPU, which on
+/// a VM cost tens of microseconds each.
+const SPIN: Duration = Duration::from_micros(50);
+
 /// Longest a waiter sleeps while a source holds back an ACK (see [`Progress::flush_acks`]).
 const ACK_DELAY: Duration = Duration::from_micros(500);
 
@@ -179,6 +184,14 @@ impl SoftCq {
     /// Drives the sources, sleeping in `poll(2)` on their channels and the queue's event
     /// between rounds, until `ready()` or `deadline`.
     fn drive_until(&self, ready: &dyn Fn() -> bool, deadline: Instant) {
+        let spin_until = (Instant::now() + SPIN).min(deadline);
+        loop {
+            self.drive();
+            if ready() || Instant::now() >= spin_until {
+                break;
+            }
+            std::thread::yield_now();
+        }
         let mut channels = Vec::new();
         loop {
             self.drive();
