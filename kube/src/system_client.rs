@@ -197,7 +197,7 @@ impl SystemClientCache {
         MgmtClient::new(cfg.clone()).map_err(|e| cfg_err(e.to_string()))?;
         if let Some(secret) = secret {
             let dir = self.tls_root.join(name);
-            std::fs::create_dir_all(&dir).map_err(|e| cfg_err(e.to_string()))?;
+            private_dir(&dir).map_err(|e| cfg_err(e.to_string()))?;
             for (key, mode) in [
                 ("daosCA.crt", 0o644),
                 ("admin.crt", 0o644),
@@ -254,6 +254,41 @@ async fn read_secret(
     }
 }
 
+/// Makes `dir` (and missing parents) with mode 0700 and checks that it is this process's alone:
+/// a directory, not a symlink, owned by our user, that group and others may not enter. The TLS
+/// root defaults to a path under /tmp, where another local user could have made the directory
+/// first, to read the admin key written into it or to swap the CA the client trusts.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid has no failure mode and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    let mode = meta.permissions().mode() & 0o7777;
+    if !meta.is_dir() || meta.uid() != me || mode & 0o077 != 0 {
+        let kind = if meta.file_type().is_symlink() {
+            "a symlink"
+        } else if meta.is_dir() {
+            "a directory"
+        } else {
+            "not a directory"
+        };
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "{} must be a private directory of uid {me} for the DaosSystem's keys, but it is \
+                 {kind} owned by uid {} with mode {mode:o}: remove it, or choose another --tls-dir",
+                dir.display(),
+                meta.uid()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Writes `path` whole, with `mode`, by renaming a new file over it: key
 /// files are read-only, and a client being built at the same moment reads
 /// either the old file or the new one, never half of one.
@@ -287,6 +322,33 @@ fn replace_file(path: &Path, data: &[u8], mode: u32) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_directories_are_private_or_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let made = root.path().join("tls/system-a");
+        private_dir(&made).unwrap();
+        let mode = std::fs::metadata(&made).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        // Made earlier, open to others: refused, naming the fix.
+        let open = root.path().join("tls/system-b");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let err = private_dir(&open).unwrap_err().to_string();
+        assert!(
+            err.contains("mode 755") && err.contains("--tls-dir"),
+            "{err}"
+        );
+        // A symlink to a directory someone else controls: refused.
+        let elsewhere = root.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let link = root.path().join("tls/system-c");
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        let err = private_dir(&link).unwrap_err().to_string();
+        assert!(err.contains("a symlink"), "{err}");
+    }
 
     #[test]
     fn versions_need_the_wire_major_minor() {
