@@ -81,5 +81,7 @@ for round in $(seq 1 "$ROUNDS"); do
         one_case "$build" "$dir" "$BLOCK $WRITE, 1 job" --name=w1 --rw=$WRITE --numjobs=1
         one_case "$build" "$dir" "$BLOCK $WRITE, 4 jobs" --name=w4 --rw=$WRITE --numjobs=4
         stop_stack
+        # A stack's scratch directory holds gigabytes of chunk files.
+        rm -rf "$dir"
     done
 done
