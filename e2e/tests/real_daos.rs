@@ -60,16 +60,22 @@ impl Bed {
     }
 }
 
+/// `(a, b)` of every element of the JSON array `list`, as text, sorted (`what` names the list
+/// when it is not an array).
+fn sorted_pairs(list: &Value, what: &str, a: &str, b: &str) -> Vec<(String, String)> {
+    let mut pairs: Vec<_> = list
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: not an array: {list}"))
+        .iter()
+        .map(|e| (str_of(&e[a]), str_of(&e[b])))
+        .collect();
+    pairs.sort();
+    pairs
+}
+
 /// `(uuid, label)` of every pool, sorted: dpufs's `pool list`.
 fn dpufs_pools(list: &Value) -> Vec<(String, String)> {
-    let mut pools: Vec<_> = list
-        .as_array()
-        .unwrap_or_else(|| panic!("dpufs pool list: not an array: {list}"))
-        .iter()
-        .map(|p| (str_of(&p["uuid"]), str_of(&p["label"])))
-        .collect();
-    pools.sort();
-    pools
+    sorted_pairs(list, "dpufs pool list", "uuid", "label")
 }
 
 /// `(uuid, label)` of every pool, sorted: dmg's `pool list`.
@@ -165,14 +171,7 @@ fn assert_same_query(bed: &Bed, pool: &str) -> Value {
 
 /// `name → value as text` of every property a tool shows.
 fn props(list: &Value) -> Vec<(String, String)> {
-    let mut props: Vec<_> = list
-        .as_array()
-        .unwrap_or_else(|| panic!("properties: not an array: {list}"))
-        .iter()
-        .map(|p| (str_of(&p["name"]), str_of(&p["value"])))
-        .collect();
-    props.sort();
-    props
+    sorted_pairs(list, "properties", "name", "value")
 }
 
 /// Every property both tools show has the same value in both; returns how many that is.

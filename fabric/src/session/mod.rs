@@ -65,6 +65,19 @@ pub use tenant::{Invalidation, SessionConfig, TenantSession};
 pub use wire::{LeaseClaim, LeaseRight, MAX_CONTROL_MESSAGE, PROTOCOL_VERSION};
 pub use worker::MAX_PUSHES;
 
+/// Unparks the thread `waiter` names in a locked state once the lock is released: the woken
+/// thread, often run at once on this core, locks it first thing.
+pub(crate) fn unpark_after<T>(
+    guard: std::sync::MutexGuard<'_, T>,
+    waiter: impl FnOnce(&T) -> Option<std::thread::Thread>,
+) {
+    let thread = waiter(&guard);
+    drop(guard);
+    if let Some(t) = thread {
+        t.unpark();
+    }
+}
+
 /// Locks a mutex, ignoring poisoning: critical sections here leave their data consistent.
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)

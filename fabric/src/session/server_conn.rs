@@ -15,7 +15,6 @@ use std::time::Instant;
 use super::bounce::{BounceReleaser, BounceStates};
 use super::capability::Capability;
 use super::handler::Handler;
-use super::lock;
 use super::policy::Quarantine;
 use super::pool::SlotPool;
 use super::router::{Router, post_patiently};
@@ -25,6 +24,7 @@ use super::wire::{
     CONTROL_SLOT, LeaseRight, REQUEST_HEADER_LEN, ReplyHeader, ReplyStatus, RequestHeader,
 };
 use super::worker::Job;
+use super::{lock, unpark_after};
 use crate::keys::key_index;
 use crate::provider::{MemoryRegion, QueuePair, RdmaDevice};
 use crate::verbs::{QpTransition, RecvWr, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
@@ -175,12 +175,7 @@ impl<D: RdmaDevice> ServerShared<D> {
                     let mut st = lock(state);
                     if st.epoch == epoch && st.owner == conn_id {
                         st.read_done = Some(wc.status);
-                        // Woken after the lock is released: the waiter locks it first thing.
-                        let waiter = st.waiter.clone();
-                        drop(st);
-                        if let Some(t) = waiter {
-                            t.unpark();
-                        }
+                        unpark_after(st, |st| st.waiter.clone());
                     }
                 }
                 if let Some(c) = &conn {

@@ -37,9 +37,8 @@ pub(crate) trait Progress: Send + Sync + std::fmt::Debug {
     /// A waiter starts (`true`) or stops (`false`) driving this source.
     fn set_driven(&self, driven: bool);
 
-    /// Sends the ACKs this source holds back (a waiter about to sleep long); true if one was
-    /// waiting.
-    fn flush_acks(&self) -> bool;
+    /// Sends the ACKs this source holds back (a waiter about to sleep long).
+    fn flush_acks(&self);
 
     /// Whether this source holds back an ACK.
     fn acks_pending(&self) -> bool;
@@ -219,9 +218,7 @@ impl SoftCq {
             self.inner.sleepers.fetch_sub(1, Ordering::SeqCst);
             if !woke && holding_acks {
                 // Nothing came back for a while: the peer may be waiting for those ACKs.
-                self.each_source(|s| {
-                    s.flush_acks();
-                });
+                self.each_source(|s| s.flush_acks());
             }
         }
     }

@@ -741,9 +741,7 @@ impl Progress for QpShared {
             && let Some(s) = serving.as_mut()
         {
             s.serve_ready(self, Mode::Waiter);
-            if self.ack_wanted.swap(false, Ordering::AcqRel) {
-                let _ = s.flush_ack();
-            }
+            self.send_wanted_ack(s);
         }
     }
 
@@ -761,9 +759,10 @@ impl Progress for QpShared {
         }
     }
 
-    fn flush_acks(&self) -> bool {
-        self.with_serving(|s| s.ack_pending() && s.flush_ack().is_ok())
-            .unwrap_or(false)
+    fn flush_acks(&self) {
+        self.with_serving(|s| {
+            let _ = s.flush_ack();
+        });
     }
 
     fn acks_pending(&self) -> bool {
@@ -827,15 +826,20 @@ impl QpShared {
         rq.closed || !rq.entries.is_empty()
     }
 
+    /// Sends the held-back ACK if `post_send` asked for it (see [`QpShared::piggyback_ack`]).
+    fn send_wanted_ack(&self, s: &mut Serving) {
+        if self.ack_wanted.swap(false, Ordering::AcqRel) {
+            let _ = s.flush_ack();
+        }
+    }
+
     /// Sends the ACK the responder holds back for a SEND right behind our own request, so
     /// the peer wakes once for both. Whoever serves now sends it when done, if we cannot.
     fn piggyback_ack(&self) {
         self.ack_wanted.store(true, Ordering::Release);
         while let Ok(mut serving) = self.serving.try_lock() {
-            if self.ack_wanted.swap(false, Ordering::AcqRel)
-                && let Some(s) = serving.as_mut()
-            {
-                let _ = s.flush_ack();
+            if let Some(s) = serving.as_mut() {
+                self.send_wanted_ack(s);
             }
             drop(serving);
             // A server may have released the lock between our store and its check.

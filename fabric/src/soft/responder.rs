@@ -266,13 +266,13 @@ pub(crate) fn run(qp: &Arc<QpShared>) {
                 continue;
             }
             // Nobody drives the QP: acknowledge what a waiter left, then sleep on the socket.
-            let Some(fd) = qp.with_serving(|s| {
+            let Some((fd, end)) = qp.with_serving(|s| {
                 s.serve_ready(qp, Mode::Thread);
-                s.fd()
+                (s.fd(), s.ended())
             }) else {
                 return;
             };
-            if qp.with_serving(|s| s.ended()).flatten().is_none() && !wait_request(fd, poll) {
+            if end.is_none() && !wait_request(fd, poll) {
                 continue;
             }
         }

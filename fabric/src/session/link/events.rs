@@ -9,9 +9,9 @@ use std::time::Duration;
 use super::{Failure, INV, Link, Outcome, Phase, RECV, wr_parts};
 use crate::provider::{MemoryRegion, QueuePair, RdmaDevice};
 use crate::session::error::SessionError;
-use crate::session::lock;
 use crate::session::stats::bump;
 use crate::session::wire::{REPLY_HEADER_LEN, ReplyHeader};
+use crate::session::{lock, unpark_after};
 use crate::verbs::{AsyncEvent, QpTransition, WcStatus, WorkCompletion};
 
 impl<D: RdmaDevice> Link<D> {
@@ -28,7 +28,7 @@ impl<D: RdmaDevice> Link<D> {
                     let mut st = lock(&ctx.state);
                     if st.rotation.is_current(low) {
                         st.inv = Some(wc.status);
-                        wake_after(st);
+                        unpark_after(st, |st| st.waiter.clone());
                     }
                 }
                 if wc.status != WcStatus::Success {
@@ -77,7 +77,7 @@ impl<D: RdmaDevice> Link<D> {
             header,
             invalidated: wc.invalidated_rkey,
         });
-        wake_after(st);
+        unpark_after(st, |st| st.waiter.clone());
     }
 
     /// Marks the link dead (once): the QP goes to ERROR and every waiting call fails.
@@ -184,15 +184,5 @@ impl<D: RdmaDevice> Link<D> {
             self.fail(None, "found dead");
             let _ = self.failure_error();
         }
-    }
-}
-
-/// Wakes a call's waiter once its state's lock is released: the woken thread, often run at once
-/// on this core, locks it first thing.
-fn wake_after<M: crate::provider::MemoryRegion>(st: std::sync::MutexGuard<'_, super::CtxState<M>>) {
-    let waiter = st.waiter.clone();
-    drop(st);
-    if let Some(t) = waiter {
-        t.unpark();
     }
 }
