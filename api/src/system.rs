@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
     doc = "A DAOS system dpufs creates pools in: management endpoints and admin credentials. Cluster-scoped, so only cluster administrators can point dpufs at a DAOS system.",
     printcolumn = r#"{"name":"System","type":"string","jsonPath":".spec.name"}"#,
     printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"Server","type":"string","jsonPath":".status.serverVersion"}"#,
     printcolumn = r#"{"name":"Leader","type":"string","jsonPath":".status.leader"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -41,7 +42,7 @@ pub struct DaosSystemSpec {
     pub endpoints: Vec<String>,
 
     /// DAOS version of the servers, `major.minor.patch`. dpufs speaks the DAOS
-    /// 2.8 management API.
+    /// 2.6 and 2.8 management APIs.
     #[schemars(transform = validation::daos_version)]
     pub version: String,
 
@@ -121,12 +122,19 @@ pub struct DaosSystemStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<SystemRank>,
 
+    /// The DAOS release of the servers as the operator learned it: `2.6.5` when a
+    /// server named its version (it refused dpufs's newest wire, 2.8), `2.8` when a
+    /// server accepted that wire (DAOS then never says its patch level). Absent while
+    /// the management service does not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_version: Option<String>,
+
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
     /// `Ready`: the management service answers with these credentials and
-    /// speaks a compatible version. When False, the reason says what is
+    /// runs the release `spec.version` names. When False, the reason says what is
     /// wrong: `Unreachable`, `TlsRejected`, `VersionIncompatible`,
     /// `SecretMissing`, `SecretInvalid`, `ConfigInvalid`, `WrongSystem` or
     /// `DaosError`.
@@ -142,8 +150,8 @@ pub struct SystemRank {
     /// Rank number.
     pub rank: u32,
 
-    /// Member state as DAOS names it, for example `Joined`, `Stopped`,
-    /// `Excluded`, `AdminExcluded`, `Errored` or `Unresponsive`.
+    /// Member state as DAOS puts it on the wire, for example `joined`, `stopped`,
+    /// `excluded`, `adminexcluded`, `errored` or `unresponsive`.
     pub state: String,
 
     /// Control-plane address (`host:port`) of the server the rank runs on.

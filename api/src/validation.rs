@@ -190,8 +190,8 @@ pub(crate) fn daos_version(schema: &mut Schema) {
     push(
         schema,
         rule(
-            "!self.matches('^[0-9]+[.][0-9]+[.][0-9]+$') || self.startsWith('2.8.')",
-            "'dpufs speaks the DAOS 2.8 management API; DAOS ' + self + ' is not supported'",
+            "!self.matches('^[0-9]+[.][0-9]+[.][0-9]+$') || self.startsWith('2.6.') || self.startsWith('2.8.')",
+            "'dpufs speaks the DAOS 2.6 and 2.8 management APIs; DAOS ' + self + ' is not supported'",
         ),
     );
 }

@@ -162,8 +162,8 @@ fn hint(err: &DaosError, endpoint: &str) -> Option<String> {
             "is `dpufs up` (or a dpufs-engine / DAOS server) running? dpufs used --endpoint {endpoint}"
         ),
         DaosError::Incompatible { .. } => format!(
-            "run a DAOS {} server, or a dpufs built for the server's version",
-            dpufs_proto::daos::WIRE_VERSION
+            "dpufs speaks DAOS {}: point it at servers of one of those releases",
+            dpufs_daos::Wire::supported()
         ),
         DaosError::Invalid { .. } => {
             "correct the value the error names; `--help` shows the accepted forms".into()

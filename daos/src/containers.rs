@@ -126,7 +126,7 @@ macro_rules! cont_rpc {
             .call(
                 $self.session.cfg.request_timeout,
                 $req,
-                |ch, r| async move { ContainerSvcClient::new(ch).$method(r).await },
+                |ch, r, _| async move { ContainerSvcClient::new(ch).$method(r).await },
             )
             .await
     };

@@ -44,10 +44,10 @@ pub enum DaosError {
         description: String,
         resolution: String,
     },
-    /// The server speaks another DAOS version than this client (2.8).
+    /// The server runs a DAOS release whose management wire dpufs does not speak.
     #[error(
-        "incompatible DAOS server: {message} (dpufs speaks the DAOS {} management wire)",
-        dpufs_proto::daos::WIRE_VERSION
+        "incompatible DAOS server: {message} (dpufs speaks the DAOS {} management wires)",
+        crate::wire::Wire::supported()
     )]
     Incompatible { message: String },
     /// Any other DAOS error number.

@@ -16,9 +16,11 @@ pub mod containers;
 pub mod dfs;
 pub mod error;
 pub mod mgmt;
+pub mod principal;
 pub mod ranks;
 mod session;
 pub mod tls;
+pub mod wire;
 
 pub use containers::{
     ContainerAdmin, ContainerInfo, ContainerSpec, EngineContainers, Snapshot, SnapshotRef,
@@ -31,3 +33,4 @@ pub use mgmt::{
 pub use ranks::EngineRanks;
 pub use session::{ClientConfig, Security};
 pub use tls::TlsFiles;
+pub use wire::{ServerVersion, Wire};

@@ -1,11 +1,15 @@
 //! The DAOS management client: pools, ACLs, system membership.
 
 use crate::error::{DaosError, Result};
+use crate::principal;
 use crate::session::{ClientConfig, Session};
+use crate::wire::{self, ServerVersion, Wire};
 use dpufs_proto::daos::props::PropValue;
 use dpufs_proto::mgmt::{self, mgmt_svc_client::MgmtSvcClient};
 use serde::Serialize;
 use std::sync::Arc;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 /// How big a new pool is.
@@ -44,7 +48,10 @@ pub struct PoolSpec {
     pub properties: Vec<(u32, PropValue)>,
     /// ACE strings; empty means the default ACL.
     pub acl: Vec<String>,
+    /// The owner's principal (`name@`, the `@` added when missing); empty means the
+    /// calling process's user, as dmg does.
     pub owner_user: String,
+    /// The owner group's principal; empty means the calling process's group.
     pub owner_group: String,
 }
 
@@ -173,15 +180,34 @@ pub struct MgmtClient {
     session: Arc<Session>,
 }
 
+/// Calls `MgmtSvc.$method`; `$adapt(&mut request, wire)` first makes the request what
+/// the server's release expects.
 macro_rules! rpc {
     ($self:ident, $timeout:expr, $req:expr, $method:ident) => {
+        rpc!($self, $timeout, $req, $method, |_, _| ())
+    };
+    ($self:ident, $timeout:expr, $req:expr, $method:ident, $adapt:expr) => {
         $self
             .session
-            .call($timeout, $req, |ch, r| async move {
+            .call($timeout, $req, |ch, mut r, wire| async move {
+                ($adapt)(r.get_mut(), wire);
                 MgmtSvcClient::new(ch).$method(r).await
             })
             .await
     };
+}
+
+/// The owner and group of a new pool: the spec's, else the calling process's, as dmg
+/// does (never empty: that would make the pool `NOBODY@`'s).
+fn owners(spec: &PoolSpec) -> Result<(String, String)> {
+    let given = |name: &str| (!name.is_empty()).then(|| principal::principal(name));
+    match (given(&spec.owner_user), given(&spec.owner_group)) {
+        (Some(user), Some(group)) => Ok((user, group)),
+        (user, group) => {
+            let (caller, callers_group) = principal::caller()?;
+            Ok((user.unwrap_or(caller), group.unwrap_or(callers_group)))
+        }
+    }
 }
 
 /// Responses that carry a DAOS status in their body. Real DAOS never sends a
@@ -199,6 +225,53 @@ fn wire_prop(number: u32, value: PropValue) -> mgmt::PoolProperty {
     mgmt::PoolProperty {
         number,
         value: Some(value.into()),
+    }
+}
+
+/// Pool properties as `wire` carries them (dpufs numbers values as DAOS 2.8 does).
+fn props_to_wire(props: &mut [mgmt::PoolProperty], wire: Wire) {
+    for p in props {
+        if let Some(value) = p.value.take() {
+            p.value = Some(wire.prop_to_wire(p.number, value.into()).into());
+        }
+    }
+}
+
+/// A PoolQuery answer as the server's release encoded it.
+enum QueryAnswer {
+    V2_6(mgmt::v2_6::PoolQueryResp),
+    V2_8(mgmt::PoolQueryResp),
+}
+
+/// The PoolQuery mask sent to 2.6 servers: everything but the enabled and dead rank
+/// lists. A 2.6 server's default leaves the disabled ranks out, and it refuses a mask
+/// with both the enabled and the disabled lists.
+const QUERY_MASK_2_6: u64 = !(0x4 | 0x10);
+
+/// PoolQuery on `wire`: a 2.6 answer is decoded with 2.6's message (the 2.8 one fails
+/// on its field 21).
+async fn pool_query_on(
+    ch: Channel,
+    mut req: Request<mgmt::PoolQueryReq>,
+    wire: Wire,
+) -> std::result::Result<Response<QueryAnswer>, Status> {
+    match wire {
+        Wire::V2_8 => Ok(MgmtSvcClient::new(ch)
+            .pool_query(req)
+            .await?
+            .map(QueryAnswer::V2_8)),
+        Wire::V2_6 => {
+            req.get_mut().query_mask = QUERY_MASK_2_6;
+            let mut grpc = tonic::client::Grpc::new(ch);
+            grpc.ready()
+                .await
+                .map_err(|e| Status::unknown(format!("service was not ready: {e}")))?;
+            let codec =
+                tonic_prost::ProstCodec::<mgmt::PoolQueryReq, mgmt::v2_6::PoolQueryResp>::default();
+            let path =
+                tonic::codegen::http::uri::PathAndQuery::from_static("/mgmt.MgmtSvc/PoolQuery");
+            Ok(grpc.unary(req, path, codec).await?.map(QueryAnswer::V2_6))
+        }
     }
 }
 
@@ -223,6 +296,20 @@ impl MgmtClient {
         self.session.cfg.request_timeout
     }
 
+    /// The DAOS version of the servers, once a call has settled it: exact when a
+    /// server named it (it refused the newest wire), major.minor when a 2.8 server
+    /// accepted the call.
+    pub fn server_version(&self) -> Option<ServerVersion> {
+        self.session.server_version()
+    }
+
+    /// The wire of the servers' release, once a call has settled it.
+    fn wire(&self) -> Wire {
+        self.server_version()
+            .and_then(|v| Wire::of(&v))
+            .unwrap_or(Wire::NEWEST)
+    }
+
     /// PoolCreate. Idempotent: retrying with the same `spec.uuid` returns the same pool.
     pub async fn pool_create(&self, spec: &PoolSpec) -> Result<PoolCreated> {
         let mut properties = vec![wire_prop(
@@ -235,11 +322,12 @@ impl MgmtClient {
                 .cloned()
                 .map(|(n, v)| wire_prop(n, v)),
         );
+        let (user, user_group) = owners(spec)?;
         let mut req = mgmt::PoolCreateReq {
             uuid: spec.uuid.to_string(),
             sys: self.sys(),
-            user: spec.owner_user.clone(),
-            user_group: spec.owner_group.clone(),
+            user,
+            user_group,
             acl: spec.acl.clone(),
             properties,
             num_svc_reps: spec.num_svc_reps,
@@ -254,7 +342,14 @@ impl MgmtClient {
             }
             PoolSize::PerRank { tier_bytes } => req.tier_bytes = tier_bytes.to_vec(),
         }
-        let resp = rpc!(self, self.session.cfg.create_timeout, req, pool_create)?;
+        let adapt = |r: &mut mgmt::PoolCreateReq, wire| props_to_wire(&mut r.properties, wire);
+        let resp = rpc!(
+            self,
+            self.session.cfg.create_timeout,
+            req,
+            pool_create,
+            adapt
+        )?;
         body_status(resp.status, "pool create")?;
         Ok(PoolCreated {
             uuid: spec.uuid.to_string(),
@@ -299,7 +394,14 @@ impl MgmtClient {
             id: id.into(),
             ..Default::default()
         };
-        let r = rpc!(self, self.timeout(), req, pool_query)?;
+        let r = match self
+            .session
+            .call(self.timeout(), req, pool_query_on)
+            .await?
+        {
+            QueryAnswer::V2_8(r) => r,
+            QueryAnswer::V2_6(r) => wire::query_resp_from_2_6(r),
+        };
         body_status(r.status, "pool query")?;
         let state = pool_state(r.total_targets, r.disabled_targets)
             .as_str_name()
@@ -372,9 +474,10 @@ impl MgmtClient {
         };
         let r = rpc!(self, self.timeout(), req, pool_get_prop)?;
         body_status(r.status, "pool get-prop")?;
+        let wire = self.wire();
         Ok(r.properties
             .into_iter()
-            .filter_map(|p| Some((p.number, p.value?.into())))
+            .filter_map(|p| Some((p.number, wire.prop_from_wire(p.number, p.value?.into()))))
             .collect())
     }
 
@@ -387,8 +490,9 @@ impl MgmtClient {
             properties,
             ..Default::default()
         };
+        let adapt = |r: &mut mgmt::PoolSetPropReq, wire| props_to_wire(&mut r.properties, wire);
         body_status(
-            rpc!(self, self.timeout(), req, pool_set_prop)?.status,
+            rpc!(self, self.timeout(), req, pool_set_prop, adapt)?.status,
             "pool set-prop",
         )
     }

@@ -25,7 +25,7 @@ impl EngineRanks {
         let timeout = self.session.cfg.request_timeout;
         let resp = self
             .session
-            .call(timeout, RankReq { rank }, |ch, r| async move {
+            .call(timeout, RankReq { rank }, |ch, r, _| async move {
                 RankControlClient::new(ch).rank_stop(r).await
             })
             .await?;
@@ -37,7 +37,7 @@ impl EngineRanks {
         let timeout = self.session.cfg.request_timeout;
         let resp = self
             .session
-            .call(timeout, RankReq { rank }, |ch, r| async move {
+            .call(timeout, RankReq { rank }, |ch, r, _| async move {
                 RankControlClient::new(ch).rank_start(r).await
             })
             .await?;

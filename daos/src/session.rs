@@ -1,10 +1,11 @@
 //! Connections to the DAOS management service: channels per endpoint, leader
-//! discovery, DAOS's version headers, and DAOS's retry rules
-//! (docs/engine.md, "The management client's calls").
+//! discovery, DAOS's version headers and the wire of the server's release (`wire`), and
+//! DAOS's retry rules (docs/engine.md, "The management client's calls").
 
 use crate::error::{DaosError, Result};
 use crate::tls::{self, TlsFiles};
-use dpufs_proto::daos::{COMPONENT_HEADER, VERSION_HEADER, WIRE_VERSION};
+use crate::wire::{ServerVersion, Wire};
+use dpufs_proto::daos::{COMPONENT_HEADER, VERSION_HEADER};
 use dpufs_proto::mgmt::{LeaderQueryReq, mgmt_svc_client::MgmtSvcClient};
 use hyper_util::rt::TokioIo;
 use openssl::ssl::SslConnector;
@@ -24,6 +25,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(8);
 const MAX_DISCOVERY_HOSTS: usize = 5;
 /// Redirects (NotLeader/NotReplica) followed before giving up.
 const MAX_REDIRECTS: usize = 8;
+/// Version refusals a call learns from before giving up: one names the server's
+/// release; a second can only come from a server replaced by another release since.
+const MAX_RELEARNS: usize = 2;
 
 /// Where and how to reach the DAOS management service.
 #[derive(Debug, Clone)]
@@ -79,6 +83,10 @@ pub(crate) struct Session {
     tls: Option<SslConnector>,
     channels: Mutex<HashMap<String, Channel>>,
     leader: Mutex<Option<String>>,
+    /// The servers' version once a call has settled it: the one a refusal named, or
+    /// the newest wire when a server accepted it. One for the session: a DAOS system
+    /// runs one major.minor on all its servers.
+    server: Mutex<Option<ServerVersion>>,
 }
 
 impl Session {
@@ -98,6 +106,7 @@ impl Session {
             tls,
             channels: Mutex::new(HashMap::new()),
             leader: Mutex::new(None),
+            server: Mutex::new(None),
         })
     }
 
@@ -147,8 +156,54 @@ impl Session {
         }
     }
 
+    /// The servers' version, once a call has settled it.
+    pub fn server_version(&self) -> Option<ServerVersion> {
+        *self.server.lock().expect("server lock")
+    }
+
+    /// The wire the next call speaks.
+    fn wire(&self) -> Wire {
+        self.server_version()
+            .and_then(|v| Wire::of(&v))
+            .unwrap_or(Wire::NEWEST)
+    }
+
+    /// A server accepted the call made on `wire`: when nothing named the version yet,
+    /// it is that wire's release.
+    fn accepted(&self, wire: Wire) {
+        self.server
+            .lock()
+            .expect("server lock")
+            .get_or_insert(ServerVersion::of_wire(wire));
+    }
+
+    /// The `x-daos-version` the next call announces.
+    fn announced(&self) -> String {
+        self.server_version()
+            .unwrap_or(ServerVersion::of_wire(Wire::NEWEST))
+            .announce()
+    }
+
+    /// Learns the server's version from a version refusal of a call that announced
+    /// `refused`. True when the session now announces something else, so the call is
+    /// worth repeating.
+    fn learn(&self, err: &DaosError, refused: &str) -> bool {
+        let DaosError::Incompatible { message } = err else {
+            return false;
+        };
+        let Some(version) = ServerVersion::from_refusal(message) else {
+            return false;
+        };
+        let Some(wire) = Wire::of(&version) else {
+            return false;
+        };
+        *self.server.lock().expect("server lock") = Some(version);
+        tracing::info!("DAOS server {version}: using the {wire} wire");
+        self.announced() != refused
+    }
+
     /// A request with DAOS's version headers and the remaining deadline.
-    fn request<T>(&self, msg: T, remaining: Duration) -> Request<T> {
+    fn request<T>(&self, msg: T, remaining: Duration, announced: &str) -> Request<T> {
         let mut req = Request::new(msg);
         let md = req.metadata_mut();
         let component = match &self.cfg.security {
@@ -161,7 +216,7 @@ impl Session {
                 .parse()
                 .unwrap_or_else(|_| "admin".parse().expect("ascii")),
         );
-        md.insert(VERSION_HEADER, WIRE_VERSION.parse().expect("ascii"));
+        md.insert(VERSION_HEADER, announced.parse().expect("ascii"));
         req.set_timeout(remaining);
         req
     }
@@ -196,19 +251,32 @@ impl Session {
 
     async fn ask_leader(&self, endpoint: &str) -> Result<String> {
         let ch = self.channel(endpoint).await?;
-        let req = self.request(
-            LeaderQueryReq {
-                sys: self.cfg.system.clone(),
-                hosts: String::new(),
-            },
-            self.cfg.connect_timeout,
-        );
-        let resp = match MgmtSvcClient::new(ch).leader_query(req).await {
-            Ok(resp) => resp.into_inner(),
-            // Components other than admin may not ask (DAOS's allow-list);
-            // they talk to the endpoint they were given.
-            Err(s) if s.code() == tonic::Code::PermissionDenied => return Ok(endpoint.to_string()),
-            Err(s) => return Err(DaosError::from_status(&s)),
+        let ask = LeaderQueryReq {
+            sys: self.cfg.system.clone(),
+            hosts: String::new(),
+        };
+        let mut relearns = 0;
+        let resp = loop {
+            let (wire, announced) = (self.wire(), self.announced());
+            let req = self.request(ask.clone(), self.cfg.connect_timeout, &announced);
+            match MgmtSvcClient::new(ch.clone()).leader_query(req).await {
+                Ok(resp) => {
+                    self.accepted(wire);
+                    break resp.into_inner();
+                }
+                // Components other than admin may not ask (DAOS's allow-list);
+                // they talk to the endpoint they were given.
+                Err(s) if s.code() == tonic::Code::PermissionDenied => {
+                    return Ok(endpoint.to_string());
+                }
+                Err(s) => {
+                    let err = DaosError::from_status(&s);
+                    if relearns == MAX_RELEARNS || !self.learn(&err, &announced) {
+                        return Err(err);
+                    }
+                    relearns += 1;
+                }
+            }
         };
         // A unix-socket endpoint, or a leader naming itself, is used as given:
         // its advertised TCP address may not be reachable from here.
@@ -222,16 +290,19 @@ impl Session {
         })
     }
 
-    /// Calls the leader with DAOS's redirect and retry rules until `timeout`.
+    /// Calls the leader with DAOS's redirect and retry rules until `timeout`. `rpc`
+    /// is given the wire of the server's release; a server of another release than
+    /// announced refuses once, and the call is repeated on its wire.
     pub async fn call<Req, Resp, F, Fut>(&self, timeout: Duration, msg: Req, rpc: F) -> Result<Resp>
     where
         Req: Clone,
-        F: Fn(Channel, Request<Req>) -> Fut,
+        F: Fn(Channel, Request<Req>, Wire) -> Fut,
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
         let deadline = Instant::now() + timeout;
         let mut backoff = FIRST_BACKOFF;
         let mut redirects = 0;
+        let mut relearns = 0;
         let mut reconnected = false;
         let mut target = self.leader().await?;
         loop {
@@ -243,11 +314,21 @@ impl Session {
                     return Err(e);
                 }
             };
-            let err = match rpc(ch, self.request(msg.clone(), remaining)).await {
-                Ok(resp) => return Ok(resp.into_inner()),
+            let (wire, announced) = (self.wire(), self.announced());
+            let req = self.request(msg.clone(), remaining, &announced);
+            let err = match rpc(ch, req, wire).await {
+                Ok(resp) => {
+                    self.accepted(wire);
+                    return Ok(resp.into_inner());
+                }
                 Err(status) => DaosError::from_status(&status),
             };
             match err {
+                DaosError::Incompatible { .. }
+                    if relearns < MAX_RELEARNS && self.learn(&err, &announced) =>
+                {
+                    relearns += 1;
+                }
                 DaosError::NotLeader {
                     leader_hint,
                     replicas,

@@ -191,6 +191,11 @@ restart_shim() {
 chmod 600 /etc/dpufs/host.key
 start_shim
 /bin/tcp-to-unix 0.0.0.0:10000 $CSI 1>&2 &
+# QEMU's port forward accepts the test's connection whether or not the relay listens, and
+# resets it when nothing does: "booted" waits for the listening socket (port 10000 is 2710).
+until awk '$2 ~ /:2710$/ && $4 == "0A" { found = 1 } END { exit !found }' /proc/net/tcp; do
+    sleep 0.05
+done
 echo "RESULT booted=$(uptime_ms)"
 while :; do
     line=$(nc "$DPU" "$COMMAND_PORT" </dev/null) || { sleep 0.2; continue; }

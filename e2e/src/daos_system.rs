@@ -245,30 +245,23 @@ impl DaosSystem {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// Runs `dmg -o <control yaml> ARGS` (bounded by [`DMG_TIMEOUT`]).
-    pub fn dmg(&self, args: &[&str]) -> anyhow::Result<Output> {
-        let mut cmd = self.prefix.command("dmg");
-        cmd.arg("-o").arg(self.layout().control_yml).args(args);
-        run_bounded(&mut cmd, DMG_TIMEOUT)
+    /// This system's `dmg`.
+    pub fn admin_tool(&self) -> Dmg {
+        Dmg {
+            prefix: self.prefix.clone(),
+            control_yml: self.layout().control_yml,
+            _dir: None,
+        }
     }
 
-    /// Runs `dmg -j ARGS` and returns its `response`, failing on a non-zero status or an
-    /// `error` (with dmg's whole output in the message).
+    /// Runs `dmg -o <control yaml> ARGS` (bounded by [`DMG_TIMEOUT`]).
+    pub fn dmg(&self, args: &[&str]) -> anyhow::Result<Output> {
+        self.admin_tool().run(args)
+    }
+
+    /// Runs `dmg -j ARGS` and returns its `response` ([`Dmg::json`]).
     pub fn dmg_json(&self, args: &[&str]) -> anyhow::Result<serde_json::Value> {
-        let mut all = vec!["-j"];
-        all.extend_from_slice(args);
-        let out = self.dmg(&all)?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let mut doc: serde_json::Value = serde_json::from_str(&text).with_context(|| {
-            format!(
-                "dmg {args:?}: not JSON: {text}\nstderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })?;
-        if !out.status.success() || !doc["error"].is_null() {
-            bail!("dmg {args:?} failed ({}): {doc}", out.status);
-        }
-        Ok(doc["response"].take())
+        self.admin_tool().json(args)
     }
 
     /// Starts `daos_agent` (for clients of the data plane) and waits until it listens.
@@ -392,6 +385,56 @@ fn checked(out: Output, what: &str) -> anyhow::Result<Output> {
     Ok(out)
 }
 
+/// DAOS's admin tool from one prefix, pointed at one insecure management endpoint: a
+/// system's own, or any other server that claims to be DAOS (the embedded engine).
+#[derive(Debug)]
+pub struct Dmg {
+    prefix: Prefix,
+    control_yml: PathBuf,
+    /// The scratch directory holding `control_yml`, when this value made it.
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Dmg {
+    /// `dmg` of `prefix` for the server at `host:port` (system `daos_server`, insecure).
+    pub fn at(prefix: &Prefix, host: &str, port: u16) -> anyhow::Result<Dmg> {
+        let dir = tempfile::Builder::new().prefix("dpufs-dmg-").tempdir()?;
+        let control_yml = dir.path().join("daos_control.yml");
+        std::fs::write(&control_yml, control_config(host, port))?;
+        Ok(Dmg {
+            prefix: prefix.clone(),
+            control_yml,
+            _dir: Some(dir),
+        })
+    }
+
+    /// Runs `dmg -o <control yaml> ARGS` (bounded by [`DMG_TIMEOUT`]).
+    pub fn run(&self, args: &[&str]) -> anyhow::Result<Output> {
+        let mut cmd = self.prefix.command("dmg");
+        cmd.arg("-o").arg(&self.control_yml).args(args);
+        run_bounded(&mut cmd, DMG_TIMEOUT)
+    }
+
+    /// Runs `dmg -j ARGS` and returns its `response`, failing on a non-zero status or an
+    /// `error` (with dmg's whole output in the message).
+    pub fn json(&self, args: &[&str]) -> anyhow::Result<serde_json::Value> {
+        let mut all = vec!["-j"];
+        all.extend_from_slice(args);
+        let out = self.run(&all)?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut doc: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "dmg {args:?}: not JSON: {text}\nstderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+        if !out.status.success() || !doc["error"].is_null() {
+            bail!("dmg {args:?} failed ({}): {doc}", out.status);
+        }
+        Ok(doc["response"].take())
+    }
+}
+
 /// Whether `dmg -j system query`'s response lists rank 0 as joined.
 fn rank0_joined(response: &serde_json::Value) -> bool {
     response["members"].as_array().is_some_and(|members| {
@@ -443,7 +486,7 @@ impl Layout {
     fn write_configs(&self, prefix: &Prefix, port: u16) -> std::io::Result<()> {
         std::fs::write(&self.server_yml, self.server_config(prefix, port))?;
         std::fs::write(&self.agent_yml, self.agent_config(port))?;
-        std::fs::write(&self.control_yml, control_config(port))
+        std::fs::write(&self.control_yml, control_config("localhost", port))
     }
 
     /// One engine with one target and no helper streams (two cores), SCM in RAM and no
@@ -508,11 +551,11 @@ transport_config:
     }
 }
 
-fn control_config(port: u16) -> String {
+fn control_config(host: &str, port: u16) -> String {
     format!(
         "name: {SYSTEM_NAME}
 port: {port}
-hostlist: ['localhost:{port}']
+hostlist: ['{host}:{port}']
 transport_config:
   allow_insecure: true
 "

@@ -309,7 +309,7 @@ async fn a_stopped_rank_disables_its_targets() {
     let rank_addr = member.fabric_uri.rsplit("://").next().unwrap().to_string();
     assert!(std::net::TcpStream::connect(&rank_addr).is_ok());
 
-    assert_eq!(ranks.stop(1).await.unwrap(), "Stopped");
+    assert_eq!(ranks.stop(1).await.unwrap(), "stopped");
     let degraded = c.pool_query("wide").await.unwrap();
     assert_eq!((degraded.disabled_targets, degraded.active_targets), (4, 4));
     assert_eq!(degraded.state, "TargetsExcluded");
@@ -325,7 +325,7 @@ async fn a_stopped_rank_disables_its_targets() {
         .into_iter()
         .map(|m| m.state)
         .collect();
-    assert_eq!(states, ["Joined", "Stopped"]);
+    assert_eq!(states, ["joined", "stopped"]);
     // New pools cannot be placed on a stopped rank.
     let mut pinned = PoolSpec::new("pinned", PoolSize::total(GIB));
     pinned.ranks = vec![1];
@@ -334,7 +334,7 @@ async fn a_stopped_rank_disables_its_targets() {
         Some(FaultCode::PoolInvalidRanks)
     );
 
-    assert_eq!(ranks.start(1).await.unwrap(), "Joined");
+    assert_eq!(ranks.start(1).await.unwrap(), "joined");
     let healed = c.pool_query("wide").await.unwrap();
     assert_eq!(
         (healed.disabled_targets, healed.state.as_str()),

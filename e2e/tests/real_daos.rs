@@ -235,9 +235,32 @@ fn assert_same_acl(bed: &Bed, pool: &str) -> Vec<String> {
 
 #[test]
 fn pool_verbs_match_dmg_on_daos_2_8_0() {
-    let Some(mut bed) = Bed::start("pool_verbs_match_dmg_on_daos_2_8_0", "2.8.0") else {
+    pool_verbs_match_dmg("pool_verbs_match_dmg_on_daos_2_8_0", "2.8.0");
+}
+
+/// DAOS 2.6 refuses dpufs's first call (it announces 2.8); dpufs learns the server's
+/// version from the refusal and speaks 2.6's wire from then on.
+#[test]
+fn pool_verbs_match_dmg_on_daos_2_6_5() {
+    pool_verbs_match_dmg("pool_verbs_match_dmg_on_daos_2_6_5", "2.6.5");
+}
+
+/// Every pool verb by dpufs and by dmg on one real DAOS system of `version`, each
+/// tool reading what the other did.
+fn pool_verbs_match_dmg(test: &str, version: &str) {
+    let Some(mut bed) = Bed::start(test, version) else {
         return;
     };
+
+    // dpufs names the servers' release: exactly when a refusal named it (2.6), by
+    // major.minor when the server accepted the newest wire (2.8).
+    let query = bed.dpufs(&["system", "query"]);
+    let (release, _) = version.rsplit_once('.').expect("major.minor.patch");
+    let expected_version = if release == "2.8" { release } else { version };
+    assert_eq!(query["server_version"], expected_version, "{query:#}");
+    assert_eq!(query["wire"], release, "{query:#}");
+    // DAOS sends member states in lower case (their JSON form), as the engine does.
+    assert_eq!(query["members"][0]["state"], "joined", "{query:#}");
 
     // create: one pool by each tool.
     let created = bed.dpufs(&["pool", "create", "--size", "1G", "ours"]);
@@ -307,12 +330,16 @@ fn pool_verbs_match_dmg_on_daos_2_8_0() {
     bed.dpufs(&["pool", "delete-acl", "ours2", "--principal", "u:bob@"]);
     assert_eq!(assert_same_acl(&bed, "ours2"), before);
     assert_same_acl(&bed, "theirs2");
-    // KNOWN DIFFERENCE (issue 29): dmg makes its caller the owner of the pools it creates;
-    // dpufs's pools are owned by NOBODY@ for now.
-    let ours_acl = bed.dmg(&["pool", "get-acl", "ours2"]);
-    let theirs_acl = bed.dmg(&["pool", "get-acl", "theirs2"]);
-    assert_eq!(ours_acl["ACL"]["owner_user"], "NOBODY@", "{ours_acl:#}");
-    assert_ne!(theirs_acl["ACL"]["owner_user"], "NOBODY@", "{theirs_acl:#}");
+    // Both tools make their caller the owner (user and group) of the pools they create.
+    let ours_acl = bed.dmg(&["pool", "get-acl", "ours2"])["ACL"].take();
+    let theirs_acl = bed.dmg(&["pool", "get-acl", "theirs2"])["ACL"].take();
+    for owner in ["owner_user", "owner_group"] {
+        assert_ne!(ours_acl[owner], "NOBODY@", "{ours_acl:#}");
+        assert_eq!(
+            ours_acl[owner], theirs_acl[owner],
+            "{ours_acl:#} vs {theirs_acl:#}"
+        );
+    }
 
     // destroy by dpufs: gone for dmg, the other pool stays.
     bed.dpufs(&["pool", "destroy", "ours2"]);
@@ -328,25 +355,125 @@ fn pool_verbs_match_dmg_on_daos_2_8_0() {
     assert!(bed.daos.agent_dir().join("daos_agent.sock").exists());
 }
 
-/// dpufs speaks only the 2.8.0 management wire today: against 2.6.5 it must refuse
-/// clearly. When the 2.6 wire lands this becomes the same comparison as above.
+/// The steps of `dmg_drives_the_engine_as_it_drives_daos_2_8_0`: dmg's arguments.
+const DMG_SCRIPT: &[&[&str]] = &[
+    &["system", "query"],
+    &["pool", "create", "--size", "1GiB", "p1"],
+    &["pool", "list", "-v"],
+    &["pool", "query", "p1"],
+    &["pool", "get-prop", "p1"],
+    &["pool", "set-prop", "p1", "reclaim:time"],
+    &["pool", "get-prop", "p1", "reclaim"],
+    &["pool", "update-acl", "p1", "-e", "A::bob@:r"],
+    &["pool", "get-acl", "p1"],
+    &["pool", "delete-acl", "p1", "-p", "u:bob@"],
+    &["pool", "get-acl", "p1"],
+    &["pool", "destroy", "p1"],
+    &["pool", "list"],
+];
+
+/// Keys whose values differ between any two DAOS systems: where they run, since when,
+/// their identities (docs/engine.md, "dmg against the engine").
+const DIFFER_BY_NATURE: &[&str] = &[
+    "addr",
+    "fabric_uri",
+    "providers",
+    "fault_domain",
+    "incarnation",
+    "last_update",
+    "uuid",
+    "fabric_contexts",
+];
+
+/// Keys whose values follow the systems' hardware: the real system here has one target
+/// and no NVMe; the engine has four targets a rank and both tiers.
+const DIFFER_BY_GEOMETRY: &[&str] = &[
+    "active_targets",
+    "total_targets",
+    "tier_stats",
+    "usage",
+    "tier_bytes",
+    "mem_file_bytes",
+];
+
+/// `v` with the values of the keys above replaced by a marker, at any depth: what must be
+/// the same on both systems.
+fn comparable(v: &Value) -> Value {
+    match v {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let varies = DIFFER_BY_NATURE.contains(&k.as_str())
+                        || DIFFER_BY_GEOMETRY.contains(&k.as_str());
+                    let v = if varies {
+                        Value::String("<varies>".into())
+                    } else {
+                        comparable(v)
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(comparable).collect()),
+        other => other.clone(),
+    }
+}
+
+/// dmg's JSON responses to [`DMG_SCRIPT`], step by step.
+fn run_script(dmg: &daos_system::Dmg) -> Vec<Value> {
+    DMG_SCRIPT
+        .iter()
+        .map(|args| {
+            dmg.json(args)
+                .unwrap_or_else(|e| panic!("dmg {args:?}: {e:#}"))
+        })
+        .collect()
+}
+
+/// DAOS's own admin tool drives the embedded engine as it drives a real DAOS 2.8 server:
+/// the same script on both, every response the same but for what differs between any
+/// two systems and the one difference of the engine's own, listed in docs/engine.md.
 #[test]
-fn dpufs_refuses_daos_2_6_5_clearly() {
-    let Some(bed) = Bed::start("dpufs_refuses_daos_2_6_5_clearly", "2.6.5") else {
+fn dmg_drives_the_engine_as_it_drives_daos_2_8_0() {
+    let test = "dmg_drives_the_engine_as_it_drives_daos_2_8_0";
+    let Some(real) = Bed::start(test, "2.8.0") else {
         return;
     };
-    let out = bed.run_dpufs(&["pool", "list"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "dpufs pool list on 2.6.5 succeeded: {stderr}"
-    );
-    assert!(
-        stderr.contains("incompatible DAOS server") && stderr.contains("2.6.5"),
-        "dpufs pool list on 2.6.5: {stderr}{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    // dmg of the same version works on that server: the refusal is dpufs's.
-    let listed = bed.dmg(&["pool", "list"]);
-    assert_eq!(dmg_pools(&listed), [], "dmg: {listed:#}");
+    let prefix = real.daos.prefix.clone();
+    let theirs = run_script(&real.daos.admin_tool());
+    drop(real);
+    let dir = tempfile::tempdir().unwrap();
+    let engine = dpufs_e2e::EngineProcess::start(
+        dir.path(),
+        dpufs_e2e::EngineOpts {
+            ranks: 1,
+            ..Default::default()
+        },
+    )
+    .expect("starting the engine");
+    let (host, port) = engine.addr.rsplit_once(':').expect("host:port");
+    let dmg = daos_system::Dmg::at(&prefix, host, port.parse().expect("a port")).unwrap();
+    let mut ours = run_script(&dmg);
+
+    // DIFFERENCE (docs/engine.md): the engine's PoolQuery names the pool's label; DAOS
+    // leaves it empty, which dmg's JSON leaves out.
+    let query = DMG_SCRIPT
+        .iter()
+        .position(|a| a[..2] == ["pool", "query"])
+        .unwrap();
+    assert!(theirs[query].get("label").is_none(), "{:#}", theirs[query]);
+    let label = ours[query].as_object_mut().unwrap().remove("label");
+    assert_eq!(label, Some(Value::from("p1")), "{:#}", ours[query]);
+
+    for ((args, t), o) in DMG_SCRIPT.iter().zip(&theirs).zip(&ours) {
+        assert_eq!(
+            comparable(o),
+            comparable(t),
+            "dmg {args:?}: the engine's answer (left) is not DAOS 2.8.0's (right)\nengine: {o:#}\nDAOS: {t:#}"
+        );
+    }
+    // The marked keys are there on both, and the pool is gone at the end on both.
+    assert_eq!(ours[0]["members"][0]["state"], "joined");
+    assert_eq!(theirs[2]["pools"][0]["label"], "p1");
+    assert!(ours.last().unwrap()["pools"].is_null(), "{ours:?}");
 }

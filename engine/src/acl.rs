@@ -96,8 +96,11 @@ fn check_principal(principal: &str, group: bool) -> std::result::Result<(), Stri
     }
 }
 
-/// Validates a whole ACL: every entry well-formed, no principal twice, size cap.
-pub fn check_acl(entries: &[String], target: AclTarget) -> Result<()> {
+/// Validates a whole ACL (every entry well-formed, no principal twice, size cap) and
+/// returns it in DAOS's order: the owner, named users, the owner group, named groups,
+/// everyone; entries of one kind in the order given (DAOS inserts each entry after the
+/// last one of its kind).
+pub fn check_acl(entries: &[String], target: AclTarget) -> Result<Vec<String>> {
     let mut seen = Vec::new();
     for ace in entries {
         check_ace(ace, target)?;
@@ -113,7 +116,20 @@ pub fn check_acl(entries: &[String], target: AclTarget) -> Result<()> {
     if entries.iter().map(|e| e.len() + 1).sum::<usize>() > MAX_ACL_BYTES {
         return Err(der(Der::Inval, "ACL exceeds 64 KiB"));
     }
-    Ok(())
+    let mut ordered = entries.to_vec();
+    ordered.sort_by_key(|ace| principal_rank(ace));
+    Ok(ordered)
+}
+
+/// Where an entry's principal goes in DAOS's ACL order.
+fn principal_rank(ace: &str) -> u8 {
+    match principal_key(ace).as_deref() {
+        Some("OWNER@") => 0,
+        Some("GROUP@") => 2,
+        Some("EVERYONE@") => 4,
+        Some(key) if key.starts_with("g:") => 3,
+        _ => 1,
+    }
 }
 
 /// PoolUpdateACL semantics: each new entry replaces the one for the same
@@ -128,8 +144,7 @@ pub fn update_acl(current: &[String], new: &[String], target: AclTarget) -> Resu
             None => out.push(ace.clone()),
         }
     }
-    check_acl(&out, target)?;
-    Ok(out)
+    check_acl(&out, target)
 }
 
 /// PoolDeleteACL semantics: removes the principal's entry; DER_NONEXIST if none.
@@ -219,10 +234,34 @@ mod tests {
     fn update_replaces_per_principal() {
         let acl = s(&["A::OWNER@:rw", "A:G:GROUP@:rw"]);
         let out = update_acl(&acl, &s(&["A::OWNER@:r", "A::bob@:rw"]), AclTarget::Pool).unwrap();
-        assert_eq!(out, s(&["A::OWNER@:r", "A:G:GROUP@:rw", "A::bob@:rw"]));
+        // A named user goes between the owner and the owner group, as in DAOS.
+        assert_eq!(out, s(&["A::OWNER@:r", "A::bob@:rw", "A:G:GROUP@:rw"]));
         // A user and a group of the same name are different principals.
         let out = update_acl(&out, &s(&["A:G:bob@:r"]), AclTarget::Pool).unwrap();
         assert_eq!(out.len(), 4);
+    }
+
+    #[test]
+    fn acls_come_back_in_daos_order() {
+        let given = s(&[
+            "A::EVERYONE@:r",
+            "A:G:ops@:rw",
+            "A::zed@:r",
+            "A:G:GROUP@:rw",
+            "A::amy@:r",
+            "A::OWNER@:rw",
+        ]);
+        assert_eq!(
+            check_acl(&given, AclTarget::Pool).unwrap(),
+            s(&[
+                "A::OWNER@:rw",
+                "A::zed@:r",
+                "A::amy@:r",
+                "A:G:GROUP@:rw",
+                "A:G:ops@:rw",
+                "A::EVERYONE@:r",
+            ])
+        );
     }
 
     #[test]

@@ -310,8 +310,7 @@ pub(crate) fn new_container(
     let entries = if req.acl.is_empty() {
         AclTarget::Container.default_acl()
     } else {
-        acl::check_acl(&req.acl, AclTarget::Container)?;
-        req.acl.clone()
+        acl::check_acl(&req.acl, AclTarget::Container)?
     };
     let owner = |given: &str, group: bool, inherited: &str| -> Result<String> {
         if given.is_empty() {

@@ -12,6 +12,10 @@ use dpufs_proto::daos::fault::FaultCode;
 use dpufs_proto::daos::label::validate_label;
 use dpufs_proto::daos::props::{self, POOL_PROPS, PropValue};
 use dpufs_proto::daos::ranks::format_ranks;
+
+/// The pool layout version of DAOS 2.8 (its pool global version): what a new pool has and
+/// what it could be upgraded to.
+const POOL_LAYOUT_VERSION: u32 = 4;
 use dpufs_proto::mgmt::{self, pool_property::Value};
 use std::collections::BTreeMap;
 
@@ -98,7 +102,8 @@ impl Engine {
             svc_reps: record.svc_reps.clone(),
             tgt_ranks: record.ranks.clone(),
             tier_bytes: record.tier_bytes.to_vec(),
-            mem_file_bytes: 0,
+            // Without MD-on-SSD DAOS reports the metadata (SCM) bytes of each rank.
+            mem_file_bytes: record.tier_bytes[0],
             md_on_ssd_active: false,
         })
     }
@@ -137,8 +142,7 @@ impl Engine {
         let acl_entries = if req.acl.is_empty() {
             AclTarget::Pool.default_acl()
         } else {
-            acl::check_acl(&req.acl, AclTarget::Pool)?;
-            req.acl.clone()
+            acl::check_acl(&req.acl, AclTarget::Pool)?
         };
         let owner_user = owner_or_nobody(&req.user, false)?;
         let owner_group = owner_or_nobody(&req.user_group, true)?;
@@ -352,8 +356,8 @@ impl Engine {
             enabled_ranks: ranks_if(mask::ENGINES_ENABLED, &up),
             disabled_ranks: ranks_if(mask::ENGINES_DISABLED, &down),
             total_engines: pool.ranks.len() as u32,
-            pool_layout_ver: 3,
-            upgrade_layout_ver: 3,
+            pool_layout_ver: POOL_LAYOUT_VERSION,
+            upgrade_layout_ver: POOL_LAYOUT_VERSION,
             state: if degraded {
                 mgmt::PoolServiceState::TargetsExcluded
             } else {
@@ -362,7 +366,7 @@ impl Engine {
             svc_ldr: pool.svc_reps[0],
             svc_reps: pool.svc_reps.clone(),
             query_mask,
-            mem_file_bytes: 0,
+            mem_file_bytes: pool.tier_bytes[0],
             dead_ranks: ranks_if(mask::ENGINES_DEAD, &down),
             md_on_ssd_active: false,
             self_heal_policy: String::new(),

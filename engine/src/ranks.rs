@@ -9,9 +9,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-/// Member state names DAOS uses, with their `state_mask` bits.
-pub const JOINED: (&str, u32) = ("Joined", 0x8);
-pub const STOPPED: (&str, u32) = ("Stopped", 0x20);
+/// Member state names as DAOS puts them on the wire (its member states' JSON form,
+/// lower case), with their `state_mask` bits.
+pub const JOINED: (&str, u32) = ("joined", 0x8);
+pub const STOPPED: (&str, u32) = ("stopped", 0x20);
 
 /// One rank as SystemQuery reports it.
 #[derive(Debug, Clone)]

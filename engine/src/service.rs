@@ -135,12 +135,7 @@ impl MgmtSvc for EngineServices {
             "PoolOverwriteACL",
             r,
             |q| &q.sys,
-            |e, q| {
-                e.pool_modify_acl(&q.id, |_| {
-                    acl::check_acl(&q.entries, AclTarget::Pool)?;
-                    Ok(q.entries.clone())
-                })
-            },
+            |e, q| e.pool_modify_acl(&q.id, |_| acl::check_acl(&q.entries, AclTarget::Pool)),
         )
         .await
     }
@@ -256,10 +251,7 @@ impl ContainerSvc for EngineServices {
         r: Request<eng::ContModifyAclReq>,
     ) -> Result<Response<eng::ContAclResp>, Status> {
         self.call("ContOverwriteAcl", r, no_sys, |e, q| {
-            e.cont_modify_acl(q.cont, |_| {
-                acl::check_acl(&q.entries, AclTarget::Container)?;
-                Ok(q.entries.clone())
-            })
+            e.cont_modify_acl(q.cont, |_| acl::check_acl(&q.entries, AclTarget::Container))
         })
         .await
     }

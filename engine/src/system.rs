@@ -9,6 +9,10 @@ use dpufs_proto::daos::ranks::{format_ranks, parse_ranks};
 use dpufs_proto::engine::v1 as eng;
 use dpufs_proto::mgmt;
 
+/// DAOS 2.8's default system `self_heal` property, which SystemQuery reports: a system
+/// without it makes dmg warn that self-healing is disabled.
+const SYSTEM_SELF_HEAL: &str = "exclude;pool_exclude;pool_rebuild";
+
 /// The data-plane provider the engine's ranks speak.
 pub const PROVIDER: &str = "dpufs+tcp";
 
@@ -39,7 +43,7 @@ impl Engine {
             absenthosts: String::new(),
             data_version: self.store().read(|v| v.data_version())?,
             providers: vec![PROVIDER.into()],
-            sys_self_heal_policy: String::new(),
+            sys_self_heal_policy: SYSTEM_SELF_HEAL.into(),
         })
     }
 
@@ -55,7 +59,8 @@ impl Engine {
             info: String::new(),
             // Each simulated rank stands for a node of its own.
             fault_domain: format!("/rank{}", m.rank),
-            last_update: m.last_update_unix.to_string(),
+            // RFC 3339, as DAOS sends it (dmg refuses anything else).
+            last_update: rfc3339(m.last_update_unix),
             secondary_fabric_uris: Vec::new(),
         }
     }
@@ -134,4 +139,22 @@ fn unknown_rank(rank: u32) -> crate::error::EngineError {
         Der::Nonexist,
         format!("rank {rank} is not a member of the system"),
     )
+}
+
+/// Seconds since the epoch as RFC 3339 in UTC (`2026-11-26T19:53:17Z`).
+fn rfc3339(unix: u64) -> String {
+    i64::try_from(unix)
+        .ok()
+        .and_then(|s| jiff::Timestamp::from_second(s).ok())
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn member_update_times_are_rfc3339() {
+        assert_eq!(super::rfc3339(1_795_721_597), "2026-11-26T19:33:17Z");
+        assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");
+    }
 }

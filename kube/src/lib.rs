@@ -17,7 +17,9 @@ pub mod tenancy;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use system_client::{SystemClient, SystemClientCache, SystemClientError, check_version};
+pub use system_client::{
+    SystemClient, SystemClientCache, SystemClientError, check_servers, check_version,
+};
 pub use tenancy::{
     NamespaceView, SelectorError, matched_namespaces, principal_problem, selector_matches,
     tenant_claims,

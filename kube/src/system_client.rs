@@ -46,29 +46,52 @@ pub enum SystemClientError {
     /// directory that cannot be written).
     #[error("DaosSystem {system:?}: {message}")]
     Config { system: String, message: String },
-    /// `spec.version` is not a version dpufs speaks (the DAOS 2.8 wire).
+    /// `spec.version` is not a release whose management wire dpufs speaks.
     #[error(
-        "DaosSystem {system:?}: version {version} is incompatible: dpufs speaks the DAOS {} management API",
-        dpufs_proto::daos::WIRE_VERSION
+        "DaosSystem {system:?}: version {version} is incompatible: dpufs speaks the DAOS {} management APIs",
+        dpufs_daos::Wire::supported()
     )]
     VersionUnsupported { system: String, version: String },
+    /// The servers run another release than `spec.version` names.
+    #[error(
+        "DaosSystem {system:?}: spec.version is {version}, but the servers run DAOS {servers}: set spec.version to the servers' release"
+    )]
+    VersionMismatch {
+        system: String,
+        version: String,
+        servers: String,
+    },
     /// The DAOS client refused the configuration for another reason.
     #[error("{0}")]
     Daos(#[from] DaosError),
 }
 
-/// Checks `spec.version` against the DAOS release whose management wire dpufs
-/// speaks: the same major.minor (DAOS's rule for admin tools), any patch.
+/// Checks the servers' release, as a call learned it, against `spec.version`: the same
+/// major.minor. (`spec.version` itself passed [`check_version`].)
+pub fn check_servers(
+    system: &str,
+    version: &str,
+    servers: dpufs_daos::ServerVersion,
+) -> Result<(), SystemClientError> {
+    let spec = dpufs_daos::ServerVersion::parse(version);
+    if spec.is_some_and(|v| (v.major, v.minor) == (servers.major, servers.minor)) {
+        Ok(())
+    } else {
+        Err(SystemClientError::VersionMismatch {
+            system: system.to_string(),
+            version: version.to_string(),
+            servers: servers.to_string(),
+        })
+    }
+}
+
+/// Checks `spec.version` against the DAOS releases whose management wires dpufs
+/// speaks: the same major.minor as one of them (DAOS's rule for admin tools), any patch.
 pub fn check_version(system: &str, version: &str) -> Result<(), SystemClientError> {
-    let major_minor = |v: &str| {
-        let mut it = v.split('.');
-        Some((
-            it.next()?.parse::<u32>().ok()?,
-            it.next()?.parse::<u32>().ok()?,
-        ))
-    };
-    let wire = major_minor(dpufs_proto::daos::WIRE_VERSION);
-    if wire.is_some() && major_minor(version) == wire {
+    let spoken = dpufs_daos::ServerVersion::parse(version)
+        .and_then(|v| dpufs_daos::Wire::of(&v))
+        .is_some();
+    if spoken {
         Ok(())
     } else {
         Err(SystemClientError::VersionUnsupported {
@@ -351,10 +374,24 @@ mod tests {
     }
 
     #[test]
-    fn versions_need_the_wire_major_minor() {
-        assert!(check_version("s", "2.8.0").is_ok());
-        assert!(check_version("s", "2.8.5").is_ok());
-        for bad in ["2.6.1", "3.8.0", "2", "", "x.y.z"] {
+    fn the_servers_must_run_the_release_of_the_spec() {
+        let v = |s: &str| dpufs_daos::ServerVersion::parse(s).unwrap();
+        assert!(check_servers("s", "2.6.1", v("2.6.5")).is_ok());
+        let eight = dpufs_daos::ServerVersion::of_wire(dpufs_daos::Wire::V2_8);
+        assert!(check_servers("s", "2.8.1", eight).is_ok());
+        let e = check_servers("s", "2.6.5", eight).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "DaosSystem \"s\": spec.version is 2.6.5, but the servers run DAOS 2.8: set spec.version to the servers' release"
+        );
+    }
+
+    #[test]
+    fn versions_need_the_major_minor_of_a_spoken_wire() {
+        for good in ["2.8.0", "2.8.5", "2.6.5", "2.6.0"] {
+            assert!(check_version("s", good).is_ok(), "{good}");
+        }
+        for bad in ["2.4.1", "2.7.0", "3.8.0", "2", "2.8", "", "x.y.z"] {
             let e = check_version("s", bad).unwrap_err();
             assert!(
                 matches!(&e, SystemClientError::VersionUnsupported { version, .. } if version == bad),

@@ -38,7 +38,10 @@ impl Error {
         match self {
             Error::Kube(_) => "KubernetesError",
             Error::SystemNotFound(_) => "SystemNotFound",
-            Error::System(SystemClientError::VersionUnsupported { .. }) => "DaosIncompatible",
+            Error::System(
+                SystemClientError::VersionUnsupported { .. }
+                | SystemClientError::VersionMismatch { .. },
+            ) => "DaosIncompatible",
             Error::System(_) => "SystemConfigInvalid",
             Error::Daos(e) => match e {
                 DaosError::Unreachable { .. } | DaosError::Timeout(..) => "DaosUnavailable",
@@ -64,7 +67,8 @@ impl Error {
             Error::System(e) => match e {
                 SystemClientError::SecretMissing { .. } => "SecretMissing",
                 SystemClientError::SecretInvalid { .. } => "SecretInvalid",
-                SystemClientError::VersionUnsupported { .. } => "VersionIncompatible",
+                SystemClientError::VersionUnsupported { .. }
+                | SystemClientError::VersionMismatch { .. } => "VersionIncompatible",
                 // Kube and Daos never stay wrapped (`From<SystemClientError>`).
                 _ => "ConfigInvalid",
             },

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::pool::publish;
 use crate::reconcile::{STALE_RETRY, StatusWrite, apply_status, log_results, measured};
 use dpufs_api::{DaosSystem, DaosSystemStatus, condition};
-use dpufs_daos::{LeaderInfo, Member};
+use dpufs_daos::{LeaderInfo, Member, ServerVersion};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
@@ -29,6 +29,8 @@ pub const REACHABLE: &str = "Reachable";
 pub struct Observation {
     pub leader: LeaderInfo,
     pub members: Vec<Member>,
+    /// The servers' release as the calls learned it.
+    pub server_version: Option<ServerVersion>,
 }
 
 /// Why the management service could not be asked, for the condition.
@@ -75,6 +77,7 @@ pub fn plan_status(
         Ok(obs) => {
             status.leader = (!obs.leader.leader.is_empty()).then(|| obs.leader.leader.clone());
             status.replicas = obs.leader.replicas.clone();
+            status.server_version = obs.server_version.map(|v| v.to_string());
             let mut members = obs.members.clone();
             members.sort_by_key(|m| m.rank);
             status.ranks = members
@@ -119,7 +122,15 @@ pub async fn observe(ctx: &Context, sys: &DaosSystem) -> Result<Observation> {
     let client = ctx.systems.get(&sys.name_any()).await?;
     let leader = client.mgmt.leader_query().await?;
     let members = client.mgmt.system_query().await?;
-    Ok(Observation { leader, members })
+    let server_version = client.mgmt.server_version();
+    if let Some(servers) = server_version {
+        dpufs_kube::check_servers(&sys.name_any(), &sys.spec.version, servers)?;
+    }
+    Ok(Observation {
+        leader,
+        members,
+        server_version,
+    })
 }
 
 fn key(sys: &DaosSystem) -> String {
@@ -205,6 +216,7 @@ mod tests {
                 replicas: vec!["10.0.0.1:10001".into()],
             },
             members,
+            server_version: ServerVersion::parse("2.6.5"),
         }
     }
 
@@ -215,16 +227,17 @@ mod tests {
 
     #[test]
     fn answer_sets_leader_ranks_and_ready() {
-        let o = obs(vec![member(1, "Stopped"), member(0, "Joined")]);
+        let o = obs(vec![member(1, "stopped"), member(0, "joined")]);
         let (s, changed) = plan_status(&DaosSystemStatus::default(), Some(3), Ok(&o));
         assert!(changed);
         assert_eq!(s.leader.as_deref(), Some("10.0.0.1:10001"));
         assert_eq!(s.replicas, vec!["10.0.0.1:10001".to_string()]);
         assert_eq!(s.observed_generation, Some(3));
         let ranks: Vec<(u32, &str)> = s.ranks.iter().map(|r| (r.rank, r.state.as_str())).collect();
-        assert_eq!(ranks, vec![(0, "Joined"), (1, "Stopped")], "sorted by rank");
+        assert_eq!(ranks, vec![(0, "joined"), (1, "stopped")], "sorted by rank");
         assert_eq!(s.ranks[0].address.as_deref(), Some("10.0.0.1:10001"));
         assert_eq!(s.ranks[1].fault_domain.as_deref(), Some("/rank1"));
+        assert_eq!(s.server_version.as_deref(), Some("2.6.5"));
         let (st, reason, msg) = ready(&s);
         assert_eq!((st.as_str(), reason.as_str()), ("True", REACHABLE));
         assert!(msg.contains("1 of 2 ranks joined"), "{msg}");
@@ -237,7 +250,7 @@ mod tests {
 
     #[test]
     fn failure_clears_what_is_unknown_and_names_the_endpoint() {
-        let o = obs(vec![member(0, "Joined")]);
+        let o = obs(vec![member(0, "joined")]);
         let (up, _) = plan_status(&DaosSystemStatus::default(), Some(1), Ok(&o));
         let err = Error::Daos(DaosError::Unreachable {
             endpoints: String::new(),

@@ -60,9 +60,10 @@ mod tests {
     use dpufs_kube::SystemClientError;
 
     #[test]
-    fn versions_need_the_wire_major_minor() {
+    fn versions_need_a_spoken_wire() {
         assert!(dpufs_kube::check_version("s", "2.8.5").is_ok());
-        for bad in ["2.6.1", "3.8.0", "2", "", "x.y.z"] {
+        assert!(dpufs_kube::check_version("s", "2.6.5").is_ok());
+        for bad in ["2.4.1", "3.8.0", "2", "", "x.y.z"] {
             let e = Error::from(dpufs_kube::check_version("s", bad).unwrap_err());
             assert_eq!(e.system_reason(), "VersionIncompatible", "{bad}");
         }

@@ -273,7 +273,7 @@ pub async fn system_ready_with_leader_and_ranks(client: kube::Client) {
     assert_eq!(st.replicas, vec![bed.engine.addr.clone()]);
     assert_eq!(
         ranks(&sys),
-        vec![(0, "Joined".to_string()), (1, "Joined".to_string())]
+        vec![(0, "joined".to_string()), (1, "joined".to_string())]
     );
     for r in &st.ranks {
         assert_eq!(
@@ -322,9 +322,9 @@ pub async fn stopped_rank_shows_in_ranks(client: kube::Client) {
         .stop(1)
         .await
         .unwrap();
-    assert_eq!(state, "Stopped");
+    assert_eq!(state, "stopped");
     let sys = wait(&systems, &bed.system, "rank 1 Stopped", |s| {
-        ranks(s) == vec![(0, "Joined".to_string()), (1, "Stopped".to_string())]
+        ranks(s) == vec![(0, "joined".to_string()), (1, "stopped".to_string())]
     })
     .await;
     let (status, reason, message) = sys_ready(&sys).unwrap();
@@ -335,7 +335,7 @@ pub async fn stopped_rank_shows_in_ranks(client: kube::Client) {
         .await
         .unwrap();
     wait(&systems, &bed.system, "rank 1 Joined again", |s| {
-        ranks(s) == vec![(0, "Joined".to_string()), (1, "Joined".to_string())]
+        ranks(s) == vec![(0, "joined".to_string()), (1, "joined".to_string())]
     })
     .await;
 }
@@ -377,7 +377,7 @@ pub async fn engine_down_is_unreachable_then_ready_again(client: kube::Client) {
         sys_status(&sys).leader.as_deref(),
         Some(bed.engine.addr.as_str())
     );
-    assert_eq!(ranks(&sys), vec![(0, "Joined".to_string())]);
+    assert_eq!(ranks(&sys), vec![(0, "joined".to_string())]);
 }
 
 /// Mutual TLS: a missing Secret is SecretMissing; an admin certificate of
@@ -726,9 +726,10 @@ async fn fake_only_quiet_resyncs_send_no_writes() {
     assert!(reads > 0, "the system was re-queried during the resyncs");
 }
 
-/// `spec.version` outside DAOS 2.8 (which the CRD's rule refuses, so only the
-/// fake accepts such an object): Ready=False, VersionIncompatible, without
-/// asking DAOS; fixing the version makes it Ready.
+/// `spec.version` of another release than the servers' (the engine is a DAOS 2.8
+/// server), then of a release dpufs does not speak (which the CRD's rule refuses, so
+/// only the fake accepts such an object): Ready=False, VersionIncompatible, the latter
+/// without asking DAOS; fixing the version makes it Ready and shows the servers'.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fake_only_unsupported_version_is_incompatible() {
     let fake = dpufs_kube::testing::FakeApiServer::new();
@@ -747,17 +748,29 @@ async fn fake_only_unsupported_version_is_incompatible() {
     let (status, _, message) = sys_ready(&sys).unwrap();
     assert_eq!(status, "False");
     assert!(
-        message.contains("2.6.0") && message.contains("2.8"),
+        message.contains("spec.version is 2.6.0, but the servers run DAOS 2.8"),
         "{message}"
     );
     assert_eq!(sys.status.unwrap().observed_generation, Some(2));
+    let patch = json!({"spec": {"version": "2.4.1"}});
+    systems
+        .patch(&bed.system, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let sys = wait(&systems, &bed.system, "2.4.1 unsupported", |s| {
+        sys_ready(s).is_some_and(|r| r.1 == "VersionIncompatible" && r.2.contains("2.4.1"))
+    })
+    .await;
+    let message = sys_ready(&sys).unwrap().2;
+    assert!(message.contains("2.6 and 2.8"), "{message}");
     let patch = json!({"spec": {"version": "2.8.1"}});
     systems
         .patch(&bed.system, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    wait(&systems, &bed.system, "Ready with 2.8.1", |s| {
+    let sys = wait(&systems, &bed.system, "Ready with 2.8.1", |s| {
         sys_ready(s).is_some_and(|r| r.0 == "True")
     })
     .await;
+    assert_eq!(sys.status.unwrap().server_version.as_deref(), Some("2.8"));
 }

@@ -20,6 +20,11 @@ pub mod csi {
 /// DAOS 2.8 management API, package `mgmt` (`/mgmt.MgmtSvc/...`).
 pub mod mgmt {
     tonic::include_proto!("mgmt");
+
+    /// The DAOS 2.6 messages that differ from 2.8's.
+    pub mod v2_6 {
+        tonic::include_proto!("mgmt.v2_6");
+    }
 }
 
 /// `google.rpc.Status` and `ErrorInfo`, as DAOS puts them in error trailers.

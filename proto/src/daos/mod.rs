@@ -10,7 +10,8 @@ pub mod props;
 pub mod ranks;
 pub mod tls;
 
-/// The DAOS release whose management wire format this crate speaks.
+/// The DAOS release whose management wire `proto/daos/mgmt` describes and the embedded
+/// engine serves. (dpufs-daos also speaks 2.6's, with the messages of `mgmt::v2_6`.)
 pub const WIRE_VERSION: &str = "2.8.0";
 
 /// The default DAOS system name.

@@ -140,7 +140,7 @@ pub const POOL_PROPS: &[PropDef] = &[
         ReadWrite,
         Some(u32::MAX as u64),
     ),
-    def(14, "global_version", num(0, u64::MAX), ReadOnly, Some(3)),
+    def(14, "global_version", num(0, u64::MAX), ReadOnly, Some(4)),
     def(
         15,
         "upgrade_status",
