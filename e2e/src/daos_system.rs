@@ -284,6 +284,24 @@ impl DaosSystem {
         .with_context(|| std::fs::read_to_string(&log).unwrap_or_default())
     }
 
+    /// Runs DAOS's client tool, `daos ARGS`, through this system's agent (started
+    /// with [`DaosSystem::start_agent`]), bounded by [`DMG_TIMEOUT`]; fails with its
+    /// output when it fails.
+    pub fn daos(&self, args: &[&str]) -> anyhow::Result<String> {
+        let mut cmd = self.prefix.command("daos");
+        cmd.env("DAOS_AGENT_DRPC_DIR", self.agent_dir()).args(args);
+        let out = run_bounded(&mut cmd, DMG_TIMEOUT)?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() {
+            bail!(
+                "daos {args:?} failed ({}): {text}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(text)
+    }
+
     /// The agent's socket directory, for clients' `DAOS_AGENT_DRPC_DIR`.
     pub fn agent_dir(&self) -> PathBuf {
         self.layout().agent

@@ -477,3 +477,175 @@ fn dmg_drives_the_engine_as_it_drives_daos_2_8_0() {
     assert_eq!(theirs[2]["pools"][0]["label"], "p1");
     assert!(ours.last().unwrap()["pools"].is_null(), "{ours:?}");
 }
+
+/// A DaosPool's `type` condition as (status, reason, message).
+fn pool_condition(pool: &Value, type_: &str) -> Option<(String, String, String)> {
+    pool["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| (str_of(&c["status"]), str_of(&c["reason"]), str_of(&c["message"])))
+}
+
+/// Polls `f` every 200 ms until it gives a value, for at most `within`.
+async fn eventually<T>(
+    what: &str,
+    within: std::time::Duration,
+    mut f: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// The product's operator binary against a real API server and a real DAOS system: a
+/// DaosSystem goes Ready showing the servers' release, a DaosPool goes Ready (owned by
+/// the operator's user, as dmg would make it), a property change reaches DAOS, deleting
+/// the DaosPool waits while the pool holds a container (made by DAOS's own `daos` tool),
+/// and the pool is destroyed once the container is gone.
+async fn operator_on_real_daos(test: &str, version: &str) {
+    use dpufs_e2e::kube_api::KubeApiServer;
+    use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+    use kube::discovery::ApiResource;
+    use serde_json::json;
+    use std::time::Duration;
+
+    let Some(mut bed) = Bed::start(test, version) else {
+        return;
+    };
+    let Some(server) = KubeApiServer::start(test) else {
+        return;
+    };
+    bed.daos.start_agent().expect("starting daos_agent");
+    let client = server.client().await;
+    server.install_crds(&client).await.expect("installing the CRDs");
+    let tls = tempfile::tempdir().unwrap();
+    let mut operator = std::process::Command::new(dpufs_e2e::binary("dpufs-operator", "dpufs-operator"))
+        .args(["run", "--metrics-addr", "127.0.0.1:0", "--lease-namespace", "default"])
+        .args(["--identity", "real-daos", "--lease-seconds", "3"])
+        .arg("--tls-dir")
+        .arg(tls.path())
+        .env("KUBECONFIG", &server.kubeconfig)
+        .spawn()
+        .expect("starting dpufs-operator");
+    let resource = |kind: &str, plural: &str| {
+        let gvk = kube::core::GroupVersionKind::gvk("dpufs.io", "v1alpha1", kind);
+        Api::<DynamicObject>::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, plural))
+    };
+    let (systems, pools) = (resource("DaosSystem", "daossystems"), resource("DaosPool", "daospools"));
+    let get = async |api: &Api<DynamicObject>, name: &str| {
+        api.get_opt(name)
+            .await
+            .expect("reading from the API server")
+            .map(|o| serde_json::to_value(o).unwrap())
+    };
+    let create = async |api: &Api<DynamicObject>, doc: Value| {
+        let obj: DynamicObject = serde_json::from_value(doc).unwrap();
+        api.create(&PostParams::default(), &obj).await.expect("creating");
+    };
+    const WITHIN: Duration = Duration::from_secs(90);
+
+    create(&systems, json!({
+        "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosSystem",
+        "metadata": {"name": "real"},
+        "spec": {"endpoints": [bed.daos.endpoint()], "version": version, "insecure": true}
+    }))
+    .await;
+    let system = eventually("the DaosSystem Ready", WITHIN, async || {
+        get(&systems, "real").await.filter(|s| {
+            pool_condition(s, "Ready").is_some_and(|c| c.0 == "True")
+        })
+    })
+    .await;
+    let (release, _) = version.rsplit_once('.').unwrap();
+    let expected = if release == "2.8" { release } else { version };
+    assert_eq!(system["status"]["serverVersion"], expected, "{system:#}");
+    assert_eq!(system["status"]["ranks"][0]["state"], "joined", "{system:#}");
+
+    // Ready: the pool exists in DAOS with the spec's size and properties.
+    create(&pools, json!({
+        "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosPool",
+        "metadata": {"name": "tank"},
+        "spec": {
+            "systemRef": "real", "label": "tank",
+            "size": {"totalBytes": "1Gi"},
+            "properties": {"reclaim": "lazy"}
+        }
+    }))
+    .await;
+    let pool = eventually("the DaosPool Ready", WITHIN, async || {
+        get(&pools, "tank").await.filter(|p| {
+            pool_condition(p, "Ready").is_some_and(|c| c.0 == "True")
+        })
+    })
+    .await;
+    let uuid = str_of(&pool["status"]["uuid"]);
+    let listed = bed.dmg(&["pool", "list"]);
+    assert_eq!(dmg_pools(&listed), [(uuid.clone(), "tank".to_string())], "{listed:#}");
+    let query = bed.dmg(&["pool", "query", "tank"]);
+    assert_eq!(num(&query["tier_stats"][0]["total"]), 1 << 30, "{query:#}");
+    let acl = bed.dmg(&["pool", "get-acl", "tank"])["ACL"].take();
+    assert_ne!(acl["owner_user"], "NOBODY@", "{acl:#}");
+
+    // A property change in the spec reaches DAOS.
+    let patch = json!({"spec": {"properties": {"reclaim": "time"}}});
+    pools
+        .patch("tank", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patching the DaosPool");
+    eventually("reclaim:time in DAOS", WITHIN, async || {
+        let props = bed.dmg(&["pool", "get-prop", "tank", "reclaim"]);
+        (prop_value(&props, "reclaim") == "time").then_some(())
+    })
+    .await;
+
+    // A container made with DAOS's own tool holds the pool's deletion back.
+    bed.daos
+        .daos(&["cont", "create", "tank", "scratch", "--type=POSIX"])
+        .expect("daos cont create");
+    pools
+        .delete("tank", &DeleteParams::default())
+        .await
+        .expect("deleting the DaosPool");
+    let blocked = eventually("DeletionBlocked", WITHIN, async || {
+        get(&pools, "tank")
+            .await
+            .and_then(|p| pool_condition(&p, "DeletionBlocked"))
+            .filter(|c| c.0 == "True")
+    })
+    .await;
+    assert_eq!(blocked.1, "InUse", "{blocked:?}");
+    let listed = bed.dmg(&["pool", "list"]);
+    assert_eq!(dmg_pools(&listed).len(), 1, "the pool stays while blocked: {listed:#}");
+
+    // The container gone, the pool is destroyed and the DaosPool leaves.
+    bed.daos
+        .daos(&["cont", "destroy", "tank", "scratch"])
+        .expect("daos cont destroy");
+    eventually("the DaosPool gone", WITHIN, async || {
+        get(&pools, "tank").await.is_none().then_some(())
+    })
+    .await;
+    let listed = bed.dmg(&["pool", "list"]);
+    assert_eq!(dmg_pools(&listed), [], "{listed:#}");
+    let _ = operator.kill();
+    let _ = operator.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_takes_a_pool_through_its_life_on_daos_2_8_0() {
+    operator_on_real_daos("operator_takes_a_pool_through_its_life_on_daos_2_8_0", "2.8.0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_takes_a_pool_through_its_life_on_daos_2_6_5() {
+    operator_on_real_daos("operator_takes_a_pool_through_its_life_on_daos_2_6_5", "2.6.5").await;
+}
