@@ -484,7 +484,13 @@ fn pool_condition(pool: &Value, type_: &str) -> Option<(String, String, String)>
         .as_array()?
         .iter()
         .find(|c| c["type"] == type_)
-        .map(|c| (str_of(&c["status"]), str_of(&c["reason"]), str_of(&c["message"])))
+        .map(|c| {
+            (
+                str_of(&c["status"]),
+                str_of(&c["reason"]),
+                str_of(&c["message"]),
+            )
+        })
 }
 
 /// Polls `f` every 200 ms until it gives a value, for at most `within`.
@@ -526,21 +532,22 @@ async fn operator_on_real_daos(test: &str, version: &str) {
     };
     bed.daos.start_agent().expect("starting daos_agent");
     let client = server.client().await;
-    server.install_crds(&client).await.expect("installing the CRDs");
-    let tls = tempfile::tempdir().unwrap();
-    let mut operator = std::process::Command::new(dpufs_e2e::binary("dpufs-operator", "dpufs-operator"))
-        .args(["run", "--metrics-addr", "127.0.0.1:0", "--lease-namespace", "default"])
-        .args(["--identity", "real-daos", "--lease-seconds", "3"])
-        .arg("--tls-dir")
-        .arg(tls.path())
-        .env("KUBECONFIG", &server.kubeconfig)
-        .spawn()
-        .expect("starting dpufs-operator");
+    server
+        .install_crds(&client)
+        .await
+        .expect("installing the CRDs");
+    let _operator = OperatorProcess::start(&server.kubeconfig);
     let resource = |kind: &str, plural: &str| {
         let gvk = kube::core::GroupVersionKind::gvk("dpufs.io", "v1alpha1", kind);
-        Api::<DynamicObject>::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, plural))
+        Api::<DynamicObject>::all_with(
+            client.clone(),
+            &ApiResource::from_gvk_with_plural(&gvk, plural),
+        )
     };
-    let (systems, pools) = (resource("DaosSystem", "daossystems"), resource("DaosPool", "daospools"));
+    let (systems, pools) = (
+        resource("DaosSystem", "daossystems"),
+        resource("DaosPool", "daospools"),
+    );
     let get = async |api: &Api<DynamicObject>, name: &str| {
         api.get_opt(name)
             .await
@@ -549,47 +556,63 @@ async fn operator_on_real_daos(test: &str, version: &str) {
     };
     let create = async |api: &Api<DynamicObject>, doc: Value| {
         let obj: DynamicObject = serde_json::from_value(doc).unwrap();
-        api.create(&PostParams::default(), &obj).await.expect("creating");
+        api.create(&PostParams::default(), &obj)
+            .await
+            .expect("creating");
     };
     const WITHIN: Duration = Duration::from_secs(90);
 
-    create(&systems, json!({
-        "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosSystem",
-        "metadata": {"name": "real"},
-        "spec": {"endpoints": [bed.daos.endpoint()], "version": version, "insecure": true}
-    }))
+    create(
+        &systems,
+        json!({
+            "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosSystem",
+            "metadata": {"name": "real"},
+            "spec": {"endpoints": [bed.daos.endpoint()], "version": version, "insecure": true}
+        }),
+    )
     .await;
     let system = eventually("the DaosSystem Ready", WITHIN, async || {
-        get(&systems, "real").await.filter(|s| {
-            pool_condition(s, "Ready").is_some_and(|c| c.0 == "True")
-        })
+        get(&systems, "real")
+            .await
+            .filter(|s| pool_condition(s, "Ready").is_some_and(|c| c.0 == "True"))
     })
     .await;
     let (release, _) = version.rsplit_once('.').unwrap();
     let expected = if release == "2.8" { release } else { version };
     assert_eq!(system["status"]["serverVersion"], expected, "{system:#}");
-    assert_eq!(system["status"]["ranks"][0]["state"], "joined", "{system:#}");
+    assert_eq!(
+        system["status"]["ranks"][0]["state"], "joined",
+        "{system:#}"
+    );
 
     // Ready: the pool exists in DAOS with the spec's size and properties.
-    create(&pools, json!({
-        "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosPool",
-        "metadata": {"name": "tank"},
-        "spec": {
-            "systemRef": "real", "label": "tank",
-            "size": {"totalBytes": "1Gi"},
-            "properties": {"reclaim": "lazy"}
-        }
-    }))
+    create(
+        &pools,
+        json!({
+            "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosPool",
+            "metadata": {"name": "tank"},
+            "spec": {
+                "systemRef": "real", "label": "tank",
+                "size": {"totalBytes": "1Gi"},
+                "properties": {"reclaim": "lazy"},
+                "deletionPolicy": "Delete"
+            }
+        }),
+    )
     .await;
     let pool = eventually("the DaosPool Ready", WITHIN, async || {
-        get(&pools, "tank").await.filter(|p| {
-            pool_condition(p, "Ready").is_some_and(|c| c.0 == "True")
-        })
+        get(&pools, "tank")
+            .await
+            .filter(|p| pool_condition(p, "Ready").is_some_and(|c| c.0 == "True"))
     })
     .await;
     let uuid = str_of(&pool["status"]["uuid"]);
     let listed = bed.dmg(&["pool", "list"]);
-    assert_eq!(dmg_pools(&listed), [(uuid.clone(), "tank".to_string())], "{listed:#}");
+    assert_eq!(
+        dmg_pools(&listed),
+        [(uuid.clone(), "tank".to_string())],
+        "{listed:#}"
+    );
     let query = bed.dmg(&["pool", "query", "tank"]);
     assert_eq!(num(&query["tier_stats"][0]["total"]), 1 << 30, "{query:#}");
     let acl = bed.dmg(&["pool", "get-acl", "tank"])["ACL"].take();
@@ -624,7 +647,11 @@ async fn operator_on_real_daos(test: &str, version: &str) {
     .await;
     assert_eq!(blocked.1, "InUse", "{blocked:?}");
     let listed = bed.dmg(&["pool", "list"]);
-    assert_eq!(dmg_pools(&listed).len(), 1, "the pool stays while blocked: {listed:#}");
+    assert_eq!(
+        dmg_pools(&listed).len(),
+        1,
+        "the pool stays while blocked: {listed:#}"
+    );
 
     // The container gone, the pool is destroyed and the DaosPool leaves.
     bed.daos
@@ -636,16 +663,65 @@ async fn operator_on_real_daos(test: &str, version: &str) {
     .await;
     let listed = bed.dmg(&["pool", "list"]);
     assert_eq!(dmg_pools(&listed), [], "{listed:#}");
-    let _ = operator.kill();
-    let _ = operator.wait();
+}
+
+/// `dpufs-operator run` with its output in a file, shown when the test fails.
+struct OperatorProcess {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl OperatorProcess {
+    fn start(kubeconfig: &std::path::Path) -> OperatorProcess {
+        let dir = tempfile::tempdir().unwrap();
+        let log = std::fs::File::create(dir.path().join("operator.log")).unwrap();
+        let child =
+            std::process::Command::new(dpufs_e2e::binary("dpufs-operator", "dpufs-operator"))
+                .args([
+                    "run",
+                    "--metrics-addr",
+                    "127.0.0.1:0",
+                    "--lease-namespace",
+                    "default",
+                ])
+                .args(["--identity", "real-daos", "--lease-seconds", "3"])
+                .arg("--tls-dir")
+                .arg(dir.path().join("tls"))
+                .env("KUBECONFIG", kubeconfig)
+                .env("RUST_LOG", "info")
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .expect("starting dpufs-operator");
+        OperatorProcess { child, dir }
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.dir.path().join("operator.log"));
+            eprintln!("--- dpufs-operator's log\n{}", log.unwrap_or_default());
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_takes_a_pool_through_its_life_on_daos_2_8_0() {
-    operator_on_real_daos("operator_takes_a_pool_through_its_life_on_daos_2_8_0", "2.8.0").await;
+    operator_on_real_daos(
+        "operator_takes_a_pool_through_its_life_on_daos_2_8_0",
+        "2.8.0",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_takes_a_pool_through_its_life_on_daos_2_6_5() {
-    operator_on_real_daos("operator_takes_a_pool_through_its_life_on_daos_2_6_5", "2.6.5").await;
+    operator_on_real_daos(
+        "operator_takes_a_pool_through_its_life_on_daos_2_6_5",
+        "2.6.5",
+    )
+    .await;
 }
