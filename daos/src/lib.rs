@@ -15,6 +15,8 @@ pub mod capability {
 pub mod containers;
 pub mod dfs;
 pub mod error;
+#[cfg(feature = "daos-ffi")]
+pub mod libdaos;
 pub mod mgmt;
 pub mod principal;
 pub mod ranks;

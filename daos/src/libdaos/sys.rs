@@ -1,0 +1,135 @@
+//! The C ABI of libdaos and libdfs that dpufs calls: the types as they lie in memory
+//! (LP64; DAOS 2.6 and 2.8 have the same layouts) and the functions, resolved by name from
+//! libraries opened at run time. Nothing here is safe to call on its own: `super` wraps
+//! every call and says, at each, what makes it sound.
+
+use std::ffi::{c_char, c_int, c_void};
+
+/// `daos_handle_t`: an opaque cookie, 0 when invalid; passed by value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Handle {
+    pub cookie: u64,
+}
+
+/// The value of a `struct daos_prop_entry`: a number, or a string or structure the
+/// entry owns (freed by `daos_prop_free`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union PropEntryValue {
+    pub val: u64,
+    pub str_: *mut c_char,
+    pub ptr: *mut c_void,
+}
+
+/// `struct daos_prop_entry`.
+#[repr(C)]
+pub struct PropEntry {
+    pub dpe_type: u32,
+    /// `DAOS_PROP_ENTRY_NOT_SET` (1) when the server has no value.
+    pub dpe_flags: u16,
+    pub dpe_reserv: u16,
+    pub value: PropEntryValue,
+}
+
+/// `daos_prop_t`.
+#[repr(C)]
+pub struct Prop {
+    pub dpp_nr: u32,
+    pub dpp_reserv: u32,
+    pub dpp_entries: *mut PropEntry,
+}
+
+/// `daos_cont_info_t`; the times are HLC timestamps.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct ContInfo {
+    pub ci_uuid: [u8; 16],
+    pub ci_lsnapshot: u64,
+    pub ci_nhandles: u32,
+    pub ci_nsnapshots: u32,
+    pub ci_md_otime: u64,
+    pub ci_md_mtime: u64,
+}
+
+/// `struct daos_pool_cont_info`, an element of `daos_pool_list_cont`'s buffer.
+#[repr(C)]
+pub struct PoolContInfo {
+    pub pci_uuid: [u8; 16],
+    pub pci_label: [c_char; 128],
+}
+
+/// `daos_pool_info_t`, of which dpufs reads the UUID only (`pi_bits` 0 asks for no
+/// optional field).
+#[repr(C, align(8))]
+pub struct PoolInfo {
+    pub pi_uuid: [u8; 16],
+    pub rest: [u8; 176],
+}
+
+// The layouts above, checked against the sizes DAOS's headers give (docs/real-daos.md).
+const _: () = assert!(std::mem::size_of::<Handle>() == 8);
+const _: () = assert!(std::mem::size_of::<PropEntry>() == 16);
+const _: () = assert!(std::mem::size_of::<Prop>() == 16);
+const _: () = assert!(std::mem::size_of::<ContInfo>() == 48);
+const _: () = assert!(std::mem::size_of::<PoolContInfo>() == 144);
+const _: () = assert!(std::mem::align_of::<PoolContInfo>() == 1);
+const _: () = assert!(std::mem::size_of::<PoolInfo>() == 192);
+
+/// `DAOS_PROP_ENTRY_NOT_SET`.
+pub const ENTRY_NOT_SET: u16 = 1;
+/// `DAOS_PC_RO`, `DAOS_PC_RW`: pool connect modes.
+pub const PC_RO: u32 = 1;
+pub const PC_RW: u32 = 2;
+/// `DAOS_COO_RO`: container open mode.
+pub const COO_RO: u32 = 1;
+
+type Event = *mut c_void;
+
+macro_rules! symbols {
+    ($($name:ident: fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
+        /// The functions dpufs calls, resolved from the opened libraries. The pointers stay
+        /// valid for the life of the process: the libraries are never closed.
+        #[allow(non_snake_case)]
+        pub struct Symbols {
+            $(pub $name: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
+        }
+
+        impl Symbols {
+            /// Resolves every function from `lib`, or names the first one missing.
+            ///
+            /// # Safety
+            /// `lib` must be libdaos (with libdfs loaded into the global scope before it),
+            /// whose functions have the signatures written here.
+            pub unsafe fn resolve(lib: &libloading::Library) -> Result<Symbols, String> {
+                Ok(Symbols {
+                    $($name: {
+                        let name = concat!(stringify!($name), "\0");
+                        // SAFETY: the caller vouches for the signature.
+                        let symbol = unsafe {
+                            lib.get::<unsafe extern "C" fn($($arg),*) $(-> $ret)?>(name.as_bytes())
+                        };
+                        *symbol.map_err(|e| format!("{}: {e}", stringify!($name)))?
+                    },)*
+                })
+            }
+        }
+    };
+}
+
+symbols! {
+    daos_init: fn() -> c_int;
+    daos_pool_connect2: fn(*const c_char, *const c_char, u32, *mut Handle, *mut PoolInfo, Event) -> c_int;
+    daos_pool_disconnect: fn(Handle, Event) -> c_int;
+    daos_pool_list_cont: fn(Handle, *mut u64, *mut PoolContInfo, Event) -> c_int;
+    daos_cont_open2: fn(Handle, *const c_char, u32, *mut Handle, *mut ContInfo, Event) -> c_int;
+    daos_cont_close: fn(Handle, Event) -> c_int;
+    daos_cont_destroy2: fn(Handle, *const c_char, c_int, Event) -> c_int;
+    daos_cont_query: fn(Handle, *mut ContInfo, *mut Prop, Event) -> c_int;
+    daos_prop_alloc: fn(u32) -> *mut Prop;
+    daos_prop_free: fn(*mut Prop);
+    daos_acl_to_strs: fn(*mut c_void, *mut *mut *mut c_char, *mut usize) -> c_int;
+    d_errstr: fn(c_int) -> *const c_char;
+    d_hlc2unixnsec: fn(u64) -> u64;
+    dfs_cont_create_with_label: fn(Handle, *const c_char, *mut c_void, *mut [u8; 16], *mut Handle, *mut *mut c_void) -> c_int;
+}
