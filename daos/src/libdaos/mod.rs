@@ -10,14 +10,17 @@
 //! What is here so far: the pool connection, and listing, creating (POSIX, as `daos cont
 //! create --type POSIX`), querying and destroying containers.
 
+mod admin;
+mod container;
 mod sys;
+
+pub use admin::LibDaosContainers;
+pub use container::ContHandle;
 
 use crate::containers::ContainerInfo;
 use crate::error::{DaosError, Result};
-use crate::mgmt::Acl;
 use dpufs_proto::daos::der::Der;
-use dpufs_proto::daos::props::{self, PropValue};
-use std::collections::BTreeMap;
+use dpufs_proto::daos::props::PropValue;
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -82,6 +85,12 @@ impl LibDaos {
             ));
         }
         Ok(lib)
+    }
+
+    /// Seconds since the epoch of a DAOS HLC timestamp (snapshot epochs, open times).
+    fn unix_seconds(&self, hlc: u64) -> u64 {
+        // SAFETY: d_hlc2unixnsec is a pure conversion.
+        unsafe { (self.sym.d_hlc2unixnsec)(hlc) / 1_000_000_000 }
     }
 
     /// `DER_NONEXIST` for -1005.
@@ -202,17 +211,35 @@ impl PoolHandle {
     }
 
     /// Creates a POSIX (DFS) container labelled `label`, as `daos cont create --type POSIX`
-    /// does: owned by this process's user and group, with DAOS's default ACL.
-    pub fn create_posix(&self, label: &str) -> Result<uuid::Uuid> {
+    /// does: owned by this process's user and group, with DAOS's default ACL, the given
+    /// DAOS properties and DFS chunk size (DFS's default when `None`).
+    pub fn create_posix(
+        &self,
+        label: &str,
+        properties: &[(u32, PropValue)],
+        chunk_size: Option<u64>,
+    ) -> Result<uuid::Uuid> {
         let name = c_string(label, "label")?;
+        let list = PropList::with(self.lib, properties)?;
+        let mut attr = sys::DfsAttr {
+            da_id: 0,
+            da_chunk_size: chunk_size.unwrap_or(0),
+            da_oclass_id: 0,
+            da_props: list.0,
+            da_mode: 0,
+            da_dir_oclass_id: 0,
+            da_file_oclass_id: 0,
+            da_hints: [0; 128],
+        };
         let mut uuid = [0u8; 16];
-        // SAFETY: `name` is NUL-terminated; `uuid` is 16 writable bytes; NULL attributes
-        // mean DFS's defaults; NULL handle and mount pointers ask for neither back.
+        // SAFETY: `name` is NUL-terminated; `attr` is a dfs_attr_t whose property list
+        // `list` outlives the call (DFS copies it); `uuid` is 16 writable bytes; NULL
+        // handle and mount pointers ask for neither back.
         let errno = unsafe {
             (self.lib.sym.dfs_cont_create_with_label)(
                 self.handle,
                 name.as_ptr(),
-                std::ptr::null_mut(),
+                &mut attr,
                 &mut uuid,
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
@@ -239,8 +266,8 @@ impl PoolHandle {
         self.lib.check(rc, &format!("destroying container {cont}"))
     }
 
-    /// Opens container `cont` (label or UUID) read-only.
-    pub fn open(&self, cont: &str) -> Result<ContHandle<'_>> {
+    /// Opens container `cont` (label or UUID), read-only or for changes.
+    pub fn open(&self, cont: &str, write: bool) -> Result<ContHandle<'_>> {
         let id = c_string(cont, "container")?;
         let mut handle = Handle::default();
         let mut info = sys::ContInfo::default();
@@ -249,7 +276,7 @@ impl PoolHandle {
             (self.lib.sym.daos_cont_open2)(
                 self.handle,
                 id.as_ptr(),
-                sys::COO_RO,
+                if write { sys::COO_RW } else { sys::COO_RO },
                 &mut handle,
                 &mut info,
                 std::ptr::null_mut(),
@@ -261,86 +288,7 @@ impl PoolHandle {
 
     /// What `daos cont query` shows of container `cont`, with its properties and ACL.
     pub fn query(&self, cont: &str) -> Result<ContainerInfo> {
-        self.open(cont)?.query()
-    }
-}
-
-/// An open container; closed on drop, before its pool can be disconnected.
-#[derive(Debug)]
-pub struct ContHandle<'p> {
-    pool: &'p PoolHandle,
-    handle: Handle,
-}
-
-impl Drop for ContHandle<'_> {
-    fn drop(&mut self) {
-        let lib = self.pool.lib;
-        // SAFETY: the handle came from daos_cont_open2 and is closed once, here.
-        let rc = unsafe { (lib.sym.daos_cont_close)(self.handle, std::ptr::null_mut()) };
-        if rc != 0 {
-            tracing::warn!("daos_cont_close: {}", lib.der_name(rc));
-        }
-    }
-}
-
-impl ContHandle<'_> {
-    /// The container's UUID, counts and every property the server holds.
-    pub fn query(&self) -> Result<ContainerInfo> {
-        let lib = self.pool.lib;
-        let mut info = sys::ContInfo::default();
-        let all = PropList::all(lib)?;
-        // SAFETY: `info` is a writable C layout; `all.0` is an empty list from
-        // daos_prop_alloc(0), which asks for every property and which DAOS fills with
-        // entries it allocates (freed with the list).
-        let rc = unsafe {
-            (lib.sym.daos_cont_query)(self.handle, &mut info, all.0, std::ptr::null_mut())
-        };
-        lib.check(rc, "querying the container")?;
-        let mut properties = BTreeMap::new();
-        let mut acl = Acl {
-            entries: Vec::new(),
-            owner_user: String::new(),
-            owner_group: String::new(),
-        };
-        for entry in all.entries() {
-            if entry.dpe_flags & sys::ENTRY_NOT_SET != 0 {
-                continue;
-            }
-            match entry.dpe_type {
-                props::CONT_ACL => acl.entries = lib.acl_strings(entry)?,
-                n @ (props::CONT_LABEL | props::CONT_OWNER | props::CONT_GROUP) => {
-                    // SAFETY: DAOS stores these three as NUL-terminated strings it owns.
-                    let text = unsafe { string_of(entry.value.str_) };
-                    match n {
-                        props::CONT_OWNER => acl.owner_user = text.clone(),
-                        props::CONT_GROUP => acl.owner_group = text.clone(),
-                        _ => {}
-                    }
-                    properties.insert(n, PropValue::Str(text));
-                }
-                // Structures (the DFS roots): not a value dpufs shows.
-                0x1011 => {}
-                // SAFETY: every other container property is a number.
-                n => {
-                    properties.insert(n, PropValue::Num(unsafe { entry.value.val }));
-                }
-            }
-        }
-        let label = match properties.get(&props::CONT_LABEL) {
-            Some(PropValue::Str(l)) => l.clone(),
-            _ => String::new(),
-        };
-        Ok(ContainerInfo {
-            pool_uuid: self.pool.uuid.to_string(),
-            uuid: uuid::Uuid::from_bytes(info.ci_uuid).to_string(),
-            label,
-            properties,
-            acl,
-            snapshot_count: info.ci_nsnapshots,
-            // DAOS keeps no creation time; the metadata open time is the closest it has.
-            // SAFETY: d_hlc2unixnsec is a pure conversion.
-            created_unix: unsafe { (lib.sym.d_hlc2unixnsec)(info.ci_md_otime) } / 1_000_000_000,
-        })
+        self.open(cont, false)?.query()
     }
 }
 

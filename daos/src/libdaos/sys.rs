@@ -76,13 +76,49 @@ const _: () = assert!(std::mem::size_of::<PoolContInfo>() == 144);
 const _: () = assert!(std::mem::align_of::<PoolContInfo>() == 1);
 const _: () = assert!(std::mem::size_of::<PoolInfo>() == 192);
 
+/// `daos_anchor_t`: an opaque iteration cursor, zero at the start.
+#[repr(C)]
+pub struct Anchor {
+    pub bytes: [u64; 15],
+}
+
+/// `daos_epoch_range_t`, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EpochRange {
+    pub lo: u64,
+    pub hi: u64,
+}
+
+/// `dfs_attr_t`: all zero means DFS's defaults.
+#[repr(C)]
+pub struct DfsAttr {
+    pub da_id: u64,
+    pub da_chunk_size: u64,
+    pub da_oclass_id: u32,
+    pub da_props: *mut Prop,
+    pub da_mode: u32,
+    pub da_dir_oclass_id: u32,
+    pub da_file_oclass_id: u32,
+    pub da_hints: [c_char; 128],
+}
+
+const _: () = assert!(std::mem::size_of::<DfsAttr>() == 176);
+const _: () = assert!(std::mem::offset_of!(DfsAttr, da_props) == 24);
+const _: () = assert!(std::mem::offset_of!(DfsAttr, da_hints) == 44);
+const _: () = assert!(std::mem::size_of::<Anchor>() == 120);
+const _: () = assert!(std::mem::size_of::<EpochRange>() == 16);
+
 /// `DAOS_PROP_ENTRY_NOT_SET`.
 pub const ENTRY_NOT_SET: u16 = 1;
 /// `DAOS_PC_RO`, `DAOS_PC_RW`: pool connect modes.
 pub const PC_RO: u32 = 1;
 pub const PC_RW: u32 = 2;
-/// `DAOS_COO_RO`: container open mode.
+/// `DAOS_COO_RO`, `DAOS_COO_RW`: container open modes.
 pub const COO_RO: u32 = 1;
+pub const COO_RW: u32 = 2;
+/// `DAOS_SNAP_OPT_CR`: create a snapshot.
+pub const SNAP_OPT_CR: c_int = 1;
 
 type Event = *mut c_void;
 
@@ -131,5 +167,21 @@ symbols! {
     daos_acl_to_strs: fn(*mut c_void, *mut *mut *mut c_char, *mut usize) -> c_int;
     d_errstr: fn(c_int) -> *const c_char;
     d_hlc2unixnsec: fn(u64) -> u64;
-    dfs_cont_create_with_label: fn(Handle, *const c_char, *mut c_void, *mut [u8; 16], *mut Handle, *mut *mut c_void) -> c_int;
+    dfs_cont_create_with_label: fn(Handle, *const c_char, *mut DfsAttr, *mut [u8; 16], *mut Handle, *mut *mut c_void) -> c_int;
+    daos_cont_set_prop: fn(Handle, *mut Prop, Event) -> c_int;
+    daos_prop_entry_set_str: fn(*mut PropEntry, *const c_char, u64) -> c_int;
+    daos_cont_get_acl: fn(Handle, *mut *mut Prop, Event) -> c_int;
+    daos_cont_overwrite_acl: fn(Handle, *mut c_void, Event) -> c_int;
+    daos_cont_update_acl: fn(Handle, *mut c_void, Event) -> c_int;
+    daos_cont_delete_acl: fn(Handle, c_int, *mut c_char, Event) -> c_int;
+    daos_acl_from_strs: fn(*const *const c_char, usize, *mut *mut c_void) -> c_int;
+    daos_acl_free: fn(*mut c_void);
+    daos_acl_principal_from_str: fn(*const c_char, *mut c_int, *mut *mut c_char) -> c_int;
+    daos_cont_list_attr: fn(Handle, *mut c_char, *mut usize, Event) -> c_int;
+    daos_cont_get_attr: fn(Handle, c_int, *const *const c_char, *const *mut c_void, *mut usize, Event) -> c_int;
+    daos_cont_set_attr: fn(Handle, c_int, *const *const c_char, *const *const c_void, *const usize, Event) -> c_int;
+    daos_cont_del_attr: fn(Handle, c_int, *const *const c_char, Event) -> c_int;
+    daos_cont_create_snap_opt: fn(Handle, *mut u64, *mut c_char, c_int, Event) -> c_int;
+    daos_cont_list_snap: fn(Handle, *mut c_int, *mut u64, *mut *mut c_char, *mut Anchor, Event) -> c_int;
+    daos_cont_destroy_snap: fn(Handle, EpochRange, Event) -> c_int;
 }

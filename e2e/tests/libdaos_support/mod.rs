@@ -3,11 +3,12 @@
 //! pool: what one makes, the other sees, with the same facts. One DAOS release per test
 //! process (`libdaos_2_6.rs`, `libdaos_2_8.rs`): a process loads one DAOS installation.
 
-use dpufs_daos::DaosError;
-use dpufs_daos::libdaos::LibDaos;
+use dpufs_daos::libdaos::{LibDaos, LibDaosContainers};
+use dpufs_daos::{ContainerAdmin, ContainerSpec, DaosError, SnapshotRef};
 use dpufs_e2e::daos_system::{self, DaosSystem};
 use dpufs_proto::daos::props::{self, LAYOUT_POSIX, PropValue};
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// `daos -j ARGS`'s `response`.
 fn daos_json(daos: &DaosSystem, args: &[&str]) -> Value {
@@ -58,7 +59,7 @@ pub fn containers_match_the_daos_tool(test: &str, version: &str) {
 
     // Made through libdfs, seen by the tool; made by the tool, seen through libdaos.
     let ours = pool
-        .create_posix("ours")
+        .create_posix("ours", &[], None)
         .expect("creating a POSIX container");
     daos.daos(&["cont", "create", "tank", "theirs", "--type=POSIX"])
         .expect("daos cont create");
@@ -116,4 +117,152 @@ pub fn containers_match_the_daos_tool(test: &str, version: &str) {
     let err = lib.connect("no-such-pool", false).unwrap_err();
     assert!(matches!(err, DaosError::NotFound { .. }), "{err:?}");
     drop(pool);
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(admin_matches_the_daos_tool(
+        &daos,
+        LibDaosContainers::new(lib),
+    ));
+}
+
+/// `ACE strings` sorted.
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+/// The tool's ACL entries of a container, sorted.
+fn tool_acl(daos: &DaosSystem, cont: &str) -> Vec<String> {
+    let acl = daos_json(daos, &["cont", "get-acl", "tank", cont]);
+    sorted(serde_json::from_value(acl["entries"].clone()).unwrap())
+}
+
+/// `ContainerAdmin` over libdaos, each step checked with DAOS's `daos` tool.
+async fn admin_matches_the_daos_tool(daos: &DaosSystem, admin: LibDaosContainers) {
+    let spec = ContainerSpec {
+        pool: "tank".into(),
+        label: "vol".into(),
+        properties: vec![
+            (props::CONT_DPUFS_CHUNK_SIZE, PropValue::Num(2 << 20)),
+            (props::CONT_DPUFS_QUOTA, PropValue::Num(1 << 30)),
+        ],
+        acl: vec![
+            "A::OWNER@:rwdtTaAo".into(),
+            "A:G:GROUP@:rwtT".into(),
+            "A::bob@:r".into(),
+        ],
+        attributes: BTreeMap::from([("team".to_string(), b"ml".to_vec())]),
+        ..Default::default()
+    };
+    let made = admin.create(&spec).await.expect("create");
+    assert_eq!(made.label, "vol");
+    assert_eq!(
+        made.properties.get(&props::CONT_DPUFS_QUOTA),
+        Some(&PropValue::Num(1 << 30))
+    );
+    assert_eq!(
+        made.properties.get(&props::CONT_DPUFS_CHUNK_SIZE),
+        Some(&PropValue::Num(2 << 20))
+    );
+    assert_eq!(tool_acl(daos, "vol"), sorted(spec.acl.clone()));
+    // A retried create answers with the container the first one made.
+    let again = admin.create(&spec).await.expect("create again");
+    assert_eq!(again.uuid, made.uuid);
+    // The user's attributes, without dpufs's bookkeeping; the tool sees the same.
+    let attrs = admin.get_attributes("tank", "vol").await.unwrap();
+    assert_eq!(attrs, spec.attributes);
+    let tool = daos
+        .daos(&["cont", "get-attr", "tank", "vol", "team"])
+        .unwrap();
+    assert!(tool.contains("ml"), "{tool}");
+
+    // Relabelled: the tool lists the new label with the same UUID.
+    let renamed = admin
+        .set_properties(
+            "tank",
+            "vol",
+            vec![(props::CONT_LABEL, PropValue::Str("vol2".into()))],
+        )
+        .await
+        .expect("relabel");
+    assert_eq!(
+        (renamed.label.as_str(), &renamed.uuid),
+        ("vol2", &made.uuid)
+    );
+    assert!(tool_list(daos, "tank").contains(&(made.uuid.clone(), "vol2".into())));
+
+    // ACL edits, as the tool reads them.
+    admin
+        .update_acl("tank", "vol2", vec!["A::carol@:rw".into()])
+        .await
+        .unwrap();
+    let acl = admin.delete_acl("tank", "vol2", "u:bob@").await.unwrap();
+    assert_eq!(sorted(acl.entries.clone()), tool_acl(daos, "vol2"));
+    assert!(acl.entries.contains(&"A::carol@:rw".to_string()), "{acl:?}");
+    assert!(!acl.entries.iter().any(|e| e.contains("bob@")), "{acl:?}");
+    let acl = admin
+        .overwrite_acl("tank", "vol2", vec!["A::OWNER@:rwdtTaAo".into()])
+        .await
+        .unwrap();
+    assert_eq!(acl.entries, ["A::OWNER@:rwdtTaAo"]);
+    assert_eq!(tool_acl(daos, "vol2"), ["A::OWNER@:rwdtTaAo"]);
+
+    // Attributes: set and delete in one call.
+    let attrs = admin
+        .set_attributes(
+            "tank",
+            "vol2",
+            BTreeMap::from([
+                ("team".into(), b"hpc".to_vec()),
+                ("owner".into(), b"amy".to_vec()),
+            ]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(attrs.len(), 2, "{attrs:?}");
+    let attrs = admin
+        .set_attributes(
+            "tank",
+            "vol2",
+            BTreeMap::from([("owner".into(), Vec::new())]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        attrs,
+        BTreeMap::from([("team".to_string(), b"hpc".to_vec())])
+    );
+
+    // Snapshots, named by dpufs, with the epochs the tool lists.
+    let snap = admin
+        .snapshot_create("tank", "vol2", "before")
+        .await
+        .expect("snapshot");
+    assert!(snap.created_unix > 1_600_000_000, "{snap:?}");
+    let listed = admin.snapshot_list("tank", "vol2").await.unwrap();
+    assert_eq!(listed, std::slice::from_ref(&snap));
+    let tool = daos.daos(&["cont", "list-snap", "tank", "vol2"]).unwrap();
+    // The tool prints epochs in hexadecimal.
+    assert!(tool.contains(&format!("{:#x}", snap.epoch)), "{tool}");
+    let left = admin
+        .snapshot_destroy("tank", "vol2", SnapshotRef::Name("before".into()))
+        .await
+        .unwrap();
+    assert_eq!(left, []);
+    let err = admin
+        .clone_snapshot("tank", "vol2", SnapshotRef::Epoch(snap.epoch), &spec)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no container clones"), "{err}");
+
+    // List and destroy.
+    let all = admin.list("tank").await.unwrap();
+    let labels: Vec<&str> = all.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(
+        sorted(labels.iter().map(|l| l.to_string()).collect()),
+        ["theirs", "vol2"]
+    );
+    admin.destroy("tank", "vol2", false).await.expect("destroy");
+    let err = admin.query("tank", "vol2").await.unwrap_err();
+    assert!(matches!(err, DaosError::NotFound { .. }), "{err:?}");
 }
