@@ -22,7 +22,9 @@ pub use pool::{
     Reintegration, Scrub, SelfHeal, TierUsage,
 };
 pub use quantity::{ByteQuantity, QuantityError};
-pub use system::{DaosSystem, DaosSystemSpec, DaosSystemStatus, SecretRef, SystemRank, SystemTls};
+pub use system::{
+    DaosBackend, DaosSystem, DaosSystemSpec, DaosSystemStatus, SecretRef, SystemRank, SystemTls,
+};
 pub use tenant::{DaosTenant, DaosTenantSpec, DaosTenantStatus, TenantLimits};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -64,6 +64,28 @@ pub struct DaosSystemSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = validation::data_endpoint)]
     pub data_endpoint: Option<String>,
+
+    /// How dpufs does what DAOS offers only in its client libraries (containers):
+    /// `engine` (the default) through the embedded engine's container service; `daos`
+    /// through DAOS's own libdaos and libdfs, for a real DAOS system, which needs the
+    /// operator started with `--daos-lib` next to a DAOS agent (docs/real-daos.md).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub backend: DaosBackend,
+}
+
+/// Where container operations go; see [`DaosSystemSpec::backend`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DaosBackend {
+    /// The embedded engine's container service.
+    #[default]
+    Engine,
+    /// DAOS's client libraries (libdaos, libdfs).
+    Daos,
+}
+
+fn is_default(b: &DaosBackend) -> bool {
+    *b == DaosBackend::Engine
 }
 
 fn default_system_name() -> String {

@@ -58,7 +58,7 @@ pub enum SnapshotRef {
 
 /// Container administration against some DAOS backend.
 #[async_trait::async_trait]
-pub trait ContainerAdmin: Send + Sync {
+pub trait ContainerAdmin: Send + Sync + std::fmt::Debug {
     /// Creates a container; retrying with the same UUID and label returns it.
     async fn create(&self, spec: &ContainerSpec) -> Result<ContainerInfo>;
     async fn destroy(&self, pool: &str, cont: &str, force: bool) -> Result<()>;

@@ -536,7 +536,7 @@ async fn operator_on_real_daos(test: &str, version: &str) {
         .install_crds(&client)
         .await
         .expect("installing the CRDs");
-    let _operator = OperatorProcess::start(&server.kubeconfig);
+    let _operator = OperatorProcess::start(&server.kubeconfig, &bed.daos);
     let resource = |kind: &str, plural: &str| {
         let gvk = kube::core::GroupVersionKind::gvk("dpufs.io", "v1alpha1", kind);
         Api::<DynamicObject>::all_with(
@@ -547,6 +547,14 @@ async fn operator_on_real_daos(test: &str, version: &str) {
     let (systems, pools) = (
         resource("DaosSystem", "daossystems"),
         resource("DaosPool", "daospools"),
+    );
+    let conts = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("dpufs.io", "v1alpha1", "DaosContainer"),
+            "daoscontainers",
+        ),
     );
     let get = async |api: &Api<DynamicObject>, name: &str| {
         api.get_opt(name)
@@ -567,7 +575,10 @@ async fn operator_on_real_daos(test: &str, version: &str) {
         json!({
             "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosSystem",
             "metadata": {"name": "real"},
-            "spec": {"endpoints": [bed.daos.endpoint()], "version": version, "insecure": true}
+            "spec": {
+                "endpoints": [bed.daos.endpoint()], "version": version, "insecure": true,
+                "backend": "daos"
+            }
         }),
     )
     .await;
@@ -630,7 +641,34 @@ async fn operator_on_real_daos(test: &str, version: &str) {
     })
     .await;
 
-    // A container made with DAOS's own tool holds the pool's deletion back.
+    // A DaosContainer: made in DAOS through libdaos (backend: daos), with DAOS's UUID in
+    // its status.
+    create(
+        &conts,
+        json!({
+            "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosContainer",
+            "metadata": {"name": "data", "namespace": "default"},
+            "spec": {"poolRef": "tank", "label": "cr-data", "layout": "POSIX", "deletionPolicy": "Delete"}
+        }),
+    )
+    .await;
+    let cont = eventually("the DaosContainer Ready", WITHIN, async || {
+        get(&conts, "data")
+            .await
+            .filter(|c| pool_condition(c, "Ready").is_some_and(|c| c.0 == "True"))
+    })
+    .await;
+    let listed = bed
+        .daos
+        .daos(&["cont", "list", "tank"])
+        .expect("daos cont list");
+    let cont_uuid = str_of(&cont["status"]["uuid"]);
+    assert!(
+        listed.contains("cr-data") && listed.contains(&cont_uuid),
+        "daos cont list: {listed}\nDaosContainer: {cont:#}"
+    );
+
+    // A container made with DAOS's own tool holds the pool's deletion back too.
     bed.daos
         .daos(&["cont", "create", "tank", "scratch", "--type=POSIX"])
         .expect("daos cont create");
@@ -646,12 +684,31 @@ async fn operator_on_real_daos(test: &str, version: &str) {
     })
     .await;
     assert_eq!(blocked.1, "InUse", "{blocked:?}");
+    assert!(
+        blocked.2.contains("DaosContainer default/data"),
+        "{blocked:?}"
+    );
     let listed = bed.dmg(&["pool", "list"]);
     assert_eq!(
         dmg_pools(&listed).len(),
         1,
         "the pool stays while blocked: {listed:#}"
     );
+
+    // The DaosContainer deleted: destroyed in DAOS.
+    conts
+        .delete("data", &DeleteParams::default())
+        .await
+        .expect("deleting the DaosContainer");
+    eventually("the DaosContainer gone", WITHIN, async || {
+        get(&conts, "data").await.is_none().then_some(())
+    })
+    .await;
+    let listed = bed
+        .daos
+        .daos(&["cont", "list", "tank"])
+        .expect("daos cont list");
+    assert!(!listed.contains("cr-data"), "{listed}");
 
     // The container gone, the pool is destroyed and the DaosPool leaves.
     bed.daos
@@ -672,7 +729,8 @@ struct OperatorProcess {
 }
 
 impl OperatorProcess {
-    fn start(kubeconfig: &std::path::Path) -> OperatorProcess {
+    /// With DAOS's client libraries from `daos`'s prefix and its agent.
+    fn start(kubeconfig: &std::path::Path, daos: &DaosSystem) -> OperatorProcess {
         let dir = tempfile::tempdir().unwrap();
         let log = std::fs::File::create(dir.path().join("operator.log")).unwrap();
         let child =
@@ -687,6 +745,9 @@ impl OperatorProcess {
                 .args(["--identity", "real-daos", "--lease-seconds", "3"])
                 .arg("--tls-dir")
                 .arg(dir.path().join("tls"))
+                .arg("--daos-lib")
+                .arg(daos.prefix.path.join("lib"))
+                .env("DAOS_AGENT_DRPC_DIR", daos.agent_dir())
                 .env("KUBECONFIG", kubeconfig)
                 .env("RUST_LOG", "info")
                 .stdout(log.try_clone().unwrap())

@@ -6,12 +6,13 @@
 //! written out under `<tls root>/<DaosSystem name>/` because the DAOS client
 //! reads certificates from files, as DAOS tools do.
 
-use dpufs_api::DaosSystem;
-use dpufs_daos::{ClientConfig, DaosError, EngineContainers, MgmtClient, TlsFiles};
+use dpufs_api::{DaosBackend, DaosSystem};
+use dpufs_daos::{ClientConfig, ContainerAdmin, DaosError, EngineContainers, MgmtClient, TlsFiles};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, ResourceExt};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,7 +21,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone)]
 pub struct SystemClient {
     pub mgmt: MgmtClient,
-    pub containers: EngineContainers,
+    /// The DaosSystem's `backend`: the engine's container service, or libdaos.
+    pub containers: Arc<dyn ContainerAdmin>,
     /// uid/generation of the DaosSystem and resourceVersion of its Secret.
     version: String,
 }
@@ -117,6 +119,8 @@ pub struct SystemClientCache {
     tls_root: PathBuf,
     request_timeout: Duration,
     secret_refresh: Option<Duration>,
+    /// Where DAOS's client libraries are, for DaosSystems with `backend: daos`.
+    daos_lib: Option<PathBuf>,
 }
 
 impl SystemClientCache {
@@ -129,7 +133,15 @@ impl SystemClientCache {
             tls_root,
             request_timeout: Duration::from_secs(30),
             secret_refresh: None,
+            daos_lib: None,
         }
+    }
+
+    /// Where DAOS's client libraries (`libdfs.so` and libdaos) are, for DaosSystems with
+    /// `backend: daos`; without it those DaosSystems get no container client.
+    pub fn with_daos_lib(mut self, dir: Option<PathBuf>) -> SystemClientCache {
+        self.daos_lib = dir;
+        self
     }
 
     /// How long one DAOS call may take, retries included (default 30 s).
@@ -240,12 +252,32 @@ impl SystemClientCache {
             DaosError::Config(m) => secret_err(m),
             e => e.into(),
         })?;
+        let containers: Arc<dyn ContainerAdmin> = match sys.spec.backend {
+            DaosBackend::Engine => Arc::new(EngineContainers::new(&mgmt)),
+            DaosBackend::Daos => libdaos_containers(self.daos_lib.as_deref()).map_err(cfg_err)?,
+        };
         Ok(SystemClient {
-            containers: EngineContainers::new(&mgmt),
+            containers,
             mgmt,
             version,
         })
     }
+}
+
+/// Containers through DAOS's client libraries in `dir`.
+#[cfg(feature = "daos-ffi")]
+fn libdaos_containers(dir: Option<&Path>) -> Result<Arc<dyn ContainerAdmin>, String> {
+    let dir = dir.ok_or(
+        "backend: daos needs DAOS's client libraries: start this process with --daos-lib DIR (the directory of libdfs.so)",
+    )?;
+    let lib = dpufs_daos::libdaos::LibDaos::load(dir).map_err(|e| e.to_string())?;
+    Ok(Arc::new(dpufs_daos::libdaos::LibDaosContainers::new(lib)))
+}
+
+/// Without the feature, `backend: daos` is refused with what is missing.
+#[cfg(not(feature = "daos-ffi"))]
+fn libdaos_containers(_dir: Option<&Path>) -> Result<Arc<dyn ContainerAdmin>, String> {
+    Err("backend: daos needs DAOS's client libraries, and this build of dpufs has no support for them (cargo feature daos-ffi)".into())
 }
 
 /// `namespace/name` of the DaosSystem's TLS Secret; empty without TLS.

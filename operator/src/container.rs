@@ -10,7 +10,7 @@ use crate::reconcile::{
     STALE_RETRY, StatusWrite, apply_status, log_results, measured, set_finalizers,
 };
 use dpufs_api::{CONTAINER_FINALIZER, DaosContainer, DaosPool, DeletionPolicy, condition};
-use dpufs_daos::{ContainerAdmin, ContainerSpec, DaosError};
+use dpufs_daos::{ContainerSpec, DaosError};
 use dpufs_proto::daos::props::{
     CONT_DPUFS_CHUNK_SIZE, CONT_DPUFS_QUOTA, CONT_LAYOUT_TYPE, CONT_RD_FAC, LAYOUT_POSIX, PropValue,
 };
@@ -133,7 +133,15 @@ fn key(c: &DaosContainer) -> String {
 async fn reconcile_inner(c: &DaosContainer, ctx: &Context) -> Result<Action> {
     let ns = c.namespace().unwrap_or_default();
     let api: Api<DaosContainer> = Api::namespaced(ctx.client.clone(), &ns);
-    let uuid = container_uuid(c.metadata.uid.as_deref().ok_or(Error::MissingUid)?);
+    let derived = container_uuid(c.metadata.uid.as_deref().ok_or(Error::MissingUid)?);
+    // The container's UUID: the one DAOS reported once it exists (a real DAOS system
+    // picks its own; the engine takes the derived one), else the derived one.
+    let uuid = c
+        .status
+        .as_ref()
+        .and_then(|s| s.uuid.as_deref())
+        .and_then(|u| Uuid::parse_str(u).ok())
+        .unwrap_or(derived);
     let has_finalizer = c.finalizers().iter().any(|f| f == CONTAINER_FINALIZER);
     if c.metadata.deletion_timestamp.is_some() {
         if !has_finalizer {
@@ -183,8 +191,8 @@ async fn reconcile_inner(c: &DaosContainer, ctx: &Context) -> Result<Action> {
     let mut status = previous.clone();
     let result = ensure(c, ctx, &api, uuid).await;
     let (ok, reason, message) = match &result {
-        Ok((pool_uuid, label)) => {
-            status.uuid = Some(uuid.to_string());
+        Ok((pool_uuid, label, actual)) => {
+            status.uuid = Some(actual.clone());
             status.label = Some(label.clone());
             status.pool_uuid = Some(pool_uuid.clone());
             status.observed_generation = c.metadata.generation;
@@ -219,11 +227,10 @@ async fn ensure(
     ctx: &Context,
     api: &Api<DaosContainer>,
     uuid: Uuid,
-) -> Result<(String, String)> {
+) -> Result<(String, String, String)> {
     let (pool_uuid, system) = pool_of(ctx, c).await?;
     let sys = ctx.systems.get(&system).await?;
-    let cont = uuid.to_string();
-    let info = match sys.containers.query(&pool_uuid, &cont).await {
+    let info = match sys.containers.query(&pool_uuid, &uuid.to_string()).await {
         Ok(info) => info,
         Err(DaosError::NotFound { .. }) => {
             let spec = create_spec(c, &pool_uuid, uuid)?;
@@ -234,7 +241,7 @@ async fn ensure(
                 c,
                 EventType::Normal,
                 "Created",
-                format!("created container {uuid}"),
+                format!("created container {}", info.uuid),
             )
             .await;
             let unapplied = unapplied_fields(c);
@@ -255,6 +262,7 @@ async fn ensure(
         }
         Err(e) => return Err(e.into()),
     };
+    let cont = info.uuid.clone();
     // The quota follows the spec (a changed capacity, drift behind the
     // operator's back); the other properties are create-only.
     if let Some(quota) = desired_quota(c)?
@@ -310,7 +318,7 @@ async fn ensure(
             .cont_set_owner(&pool_uuid, &cont, &user, &group)
             .await?;
     }
-    Ok((pool_uuid, info.label))
+    Ok((pool_uuid, info.label, info.uuid))
 }
 
 pub fn error_policy(c: Arc<DaosContainer>, err: &Error, ctx: Arc<Context>) -> Action {

@@ -53,6 +53,11 @@ enum Command {
         /// Where DaosSystem TLS Secrets are written out for the DAOS client.
         #[arg(long, default_value = "/tmp/dpufs-operator/tls")]
         tls_dir: PathBuf,
+        /// The directory of DAOS's client libraries (libdfs.so and libdaos), for
+        /// DaosSystems with `backend: daos`; the DAOS agent's socket directory comes from
+        /// DAOS_AGENT_DRPC_DIR, as for DAOS's own tools.
+        #[arg(long, env = "DPUFS_DAOS_LIB")]
+        daos_lib: Option<PathBuf>,
     },
 }
 
@@ -67,24 +72,34 @@ fn main() -> anyhow::Result<()> {
             identity,
             lease_seconds,
             tls_dir,
+            daos_lib,
         } => tokio::runtime::Runtime::new()?.block_on(run(
             metrics_addr,
-            lease_name,
-            lease_namespace,
-            identity,
-            Duration::from_secs(lease_seconds),
+            Lease {
+                name: lease_name,
+                namespace: lease_namespace,
+                identity,
+                duration: Duration::from_secs(lease_seconds),
+            },
             tls_dir,
+            daos_lib,
         )),
     }
 }
 
+/// The leader-election Lease and this replica's identity in it.
+struct Lease {
+    name: String,
+    namespace: String,
+    identity: Option<String>,
+    duration: Duration,
+}
+
 async fn run(
     metrics_addr: String,
-    lease_name: String,
-    lease_namespace: String,
-    identity: Option<String>,
-    lease: Duration,
+    lease: Lease,
     tls_dir: PathBuf,
+    daos_lib: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -94,19 +109,23 @@ async fn run(
     let client = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API")?;
-    let ctx = Arc::new(Context::new(client.clone(), tls_dir));
+    let mut ctx = Context::new(client.clone(), tls_dir);
+    ctx.systems = ctx.systems.with_daos_lib(daos_lib);
+    let ctx = Arc::new(ctx);
     let listener = tokio::net::TcpListener::bind(&metrics_addr)
         .await
         .with_context(|| format!("binding {metrics_addr}"))?;
     tokio::spawn(metrics::serve(listener, ctx.metrics.clone()));
-    let identity = identity.unwrap_or_else(|| format!("dpufs-operator-{}", uuid::Uuid::new_v4()));
+    let identity = lease
+        .identity
+        .unwrap_or_else(|| format!("dpufs-operator-{}", uuid::Uuid::new_v4()));
     let lock = LeaseLock::new(
-        kube::Api::namespaced(client, &lease_namespace),
-        &lease_name,
+        kube::Api::namespaced(client, &lease.namespace),
+        &lease.name,
         &identity,
-        lease,
+        lease.duration,
     );
-    tracing::info!(%identity, lease = %lease_name, "waiting for leadership");
+    tracing::info!(%identity, lease = %lease.name, "waiting for leadership");
     tokio::select! {
         r = run_as_leader(ctx, lock) => match r {
             Ok(()) => Ok(()),

@@ -36,6 +36,12 @@ impl SystemClients {
         }
     }
 
+    /// Where DAOS's client libraries are, for DaosSystems with `backend: daos`.
+    pub fn with_daos_lib(mut self, dir: Option<PathBuf>) -> SystemClients {
+        self.cache = self.cache.with_daos_lib(dir);
+        self
+    }
+
     /// How long one DAOS call may take, retries included (default 30 s).
     pub fn with_request_timeout(mut self, timeout: Duration) -> SystemClients {
         self.cache = self.cache.with_request_timeout(timeout);

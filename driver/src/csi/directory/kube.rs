@@ -207,7 +207,7 @@ impl Directory for KubeDirectory {
         Ok(SystemClients {
             name: name.to_string(),
             mgmt: client.mgmt,
-            containers: Arc::new(client.containers),
+            containers: client.containers,
             data_endpoint: from_crds::data_endpoint(sys),
         })
     }
