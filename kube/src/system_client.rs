@@ -432,6 +432,49 @@ mod tests {
         }
     }
 
+    /// `backend: daos` needs the libraries' directory, and the libraries in it; the
+    /// default backend needs neither.
+    #[tokio::test]
+    async fn the_daos_backend_needs_daos_libraries() {
+        let fake = crate::testing::FakeApiServer::new();
+        // A changed backend is a new generation of the DaosSystem.
+        let sys = |backend: &str| -> DaosSystem {
+            let generation = if backend == "daos" { 2 } else { 1 };
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "dpufs.io/v1alpha1", "kind": "DaosSystem",
+                "metadata": {"name": "real", "uid": "u1", "generation": generation},
+                "spec": {"endpoints": ["127.0.0.1:1"], "version": "2.6.5", "insecure": true,
+                         "backend": backend}
+            }))
+            .unwrap()
+        };
+        let root = tempfile::tempdir().unwrap();
+        let cache = SystemClientCache::new(root.path().join("tls"));
+        assert!(cache.client(&fake.client(), &sys("engine")).await.is_ok());
+        let err = cache
+            .client(&fake.client(), &sys("daos"))
+            .await
+            .unwrap_err()
+            .to_string();
+        let wanted = if cfg!(feature = "daos-ffi") {
+            "start this process with --daos-lib DIR"
+        } else {
+            "cargo feature daos-ffi"
+        };
+        assert!(err.contains(wanted), "{err}");
+        if cfg!(feature = "daos-ffi") {
+            let empty = root.path().join("no-daos");
+            std::fs::create_dir(&empty).unwrap();
+            let cache = SystemClientCache::new(root.path().join("tls")).with_daos_lib(Some(empty));
+            let err = cache
+                .client(&fake.client(), &sys("daos"))
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("no-daos/libdfs.so"), "{err}");
+        }
+    }
+
     /// A DaosSystem `daos` with mutual TLS from Secret `ns/admin`, in the fake API server.
     async fn tls_system(fake: &crate::testing::FakeApiServer, certs: &Path) -> DaosSystem {
         use kube::api::PostParams;
