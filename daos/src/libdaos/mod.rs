@@ -7,8 +7,10 @@
 //! sound beside it. Handles close when their Rust values drop. Calls block (libdaos with a
 //! NULL event); async callers run them on blocking threads.
 //!
-//! What is here so far: the pool connection, and listing, creating (POSIX, as `daos cont
-//! create --type POSIX`), querying and destroying containers.
+//! What is here: the pool connection (`LibDaos::connect`); containers listed, created
+//! (POSIX, as `daos cont create --type POSIX`), queried and destroyed (`PoolHandle`); their
+//! ACL, properties, attributes and snapshots (`ContHandle`); and `ContainerAdmin` over all
+//! of it (`LibDaosContainers`). Files (`Dfs` over libdfs) are not here yet.
 
 mod admin;
 mod container;
