@@ -2,20 +2,44 @@
 //! one replica holds the Lease and renews it; the others wait until it
 //! expires. Writes use the Lease's resourceVersion, so two replicas racing
 //! for it cannot both win.
+//!
+//! Time follows client-go's rules, so that clocks that disagree between nodes cannot
+//! make two replicas lead at once:
+//! - A waiting replica never compares the holder's `renewTime` with its own clock: it
+//!   notes, on its own monotonic clock, when it last saw the Lease change, and takes over
+//!   only after the Lease has stayed unchanged for a whole lease duration.
+//! - The leader must renew within the renew deadline (two thirds of the lease duration),
+//!   each attempt bounded by what is left of it; a renewal that hangs or keeps failing
+//!   ends its leadership before another replica may take over.
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// One replica's view of the Lease.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct LeaseLock {
     api: Api<Lease>,
     name: String,
     identity: String,
     duration: Duration,
+    /// The Lease as last seen (holder, renew time, transitions) and when, on this
+    /// replica's monotonic clock.
+    observed: Mutex<Option<(String, Instant)>>,
+}
+
+/// Why a leader stopped leading.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseLost {
+    /// Another replica holds the Lease.
+    #[error("another replica took the Lease")]
+    TakenOver,
+    /// No renewal succeeded within the renew deadline.
+    #[error("no renewal succeeded within the renew deadline of {deadline:?} (last error: {last})")]
+    RenewDeadline { deadline: Duration, last: String },
 }
 
 impl LeaseLock {
@@ -25,6 +49,25 @@ impl LeaseLock {
             name: name.into(),
             identity: identity.into(),
             duration,
+            observed: Mutex::new(None),
+        }
+    }
+
+    /// How long the leader may go without a successful renewal.
+    pub fn renew_deadline(&self) -> Duration {
+        self.duration * 2 / 3
+    }
+
+    /// Whether the Lease record `seen` has stayed unchanged for a lease duration on this
+    /// replica's clock; notes the time when it differs from the last one seen.
+    fn expired(&self, seen: String) -> bool {
+        let mut observed = self.observed.lock().expect("lock");
+        match observed.as_ref() {
+            Some((last, at)) if *last == seen => at.elapsed() > self.duration,
+            _ => {
+                *observed = Some((seen, Instant::now()));
+                false
+            }
         }
     }
 
@@ -54,13 +97,11 @@ impl LeaseLock {
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let ours = spec.holder_identity.as_deref() == Some(self.identity.as_str());
-        let expired = match (&spec.renew_time, spec.lease_duration_seconds) {
-            (Some(renewed), Some(secs)) => {
-                renewed.0 + SignedDuration::from_secs(i64::from(secs)) < now
-            }
-            _ => true,
-        };
-        if !ours && !expired && spec.holder_identity.is_some() {
+        let seen = format!(
+            "{:?}/{:?}/{:?}",
+            spec.holder_identity, spec.renew_time, spec.lease_transitions
+        );
+        if !ours && spec.holder_identity.is_some() && !self.expired(seen) {
             return Ok(false);
         }
         let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!ours);
@@ -92,14 +133,31 @@ impl LeaseLock {
         }
     }
 
-    /// Renews every `duration / 3`; returns when leadership is lost (the
-    /// caller should then stop acting, normally by exiting).
-    pub async fn hold(&self) -> kube::Result<()> {
+    /// Renews every `duration / 3` while it leads; returns why it stopped (the caller
+    /// must then stop acting, normally by exiting): another replica holds the Lease, or
+    /// no renewal succeeded within the renew deadline.
+    pub async fn hold(&self) -> LeaseLost {
+        let deadline = self.renew_deadline();
+        let mut renewed = Instant::now();
+        let mut last = String::from("none");
         loop {
             tokio::time::sleep(self.duration / 3).await;
-            if !self.try_acquire_or_renew().await? {
-                tracing::warn!(identity = %self.identity, "lost the leader Lease");
-                return Ok(());
+            let left = deadline.saturating_sub(renewed.elapsed());
+            match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
+                Ok(Ok(true)) => renewed = Instant::now(),
+                Ok(Ok(false)) => {
+                    tracing::warn!(identity = %self.identity, "lost the leader Lease");
+                    return LeaseLost::TakenOver;
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(identity = %self.identity, error = %e, "renewing the Lease failed");
+                    last = e.to_string();
+                }
+                Err(_) => last = format!("a renewal still unanswered after {left:?}"),
+            }
+            if renewed.elapsed() >= deadline {
+                tracing::error!(identity = %self.identity, %last, "renew deadline passed");
+                return LeaseLost::RenewDeadline { deadline, last };
             }
         }
     }

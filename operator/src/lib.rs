@@ -111,8 +111,8 @@ impl Context {
 pub enum Stopped {
     #[error("leader election: {0}")]
     Lease(#[from] kube::Error),
-    #[error("lost leadership")]
-    LostLeadership,
+    #[error("lost leadership: {0}")]
+    LostLeadership(#[from] leader::LeaseLost),
     #[error("a controller stream ended")]
     ControllerEnded,
 }
@@ -135,10 +135,7 @@ pub async fn run_as_leader(ctx: Arc<Context>, lock: leader::LeaseLock) -> Result
     lock.acquire().await?;
     tokio::select! {
         () = run_controllers(ctx) => Err(Stopped::ControllerEnded),
-        r = lock.hold() => {
-            r?;
-            Err(Stopped::LostLeadership)
-        }
+        lost = lock.hold() => Err(Stopped::LostLeadership(lost)),
     }
 }
 

@@ -643,12 +643,52 @@ async fn leader_election_over_a_lease(backend: Backend) {
     assert!(a.try_acquire_or_renew().await.unwrap());
     assert!(!b.try_acquire_or_renew().await.unwrap(), "a holds it");
     assert!(a.try_acquire_or_renew().await.unwrap(), "a renews");
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // b counts on its own clock from when it last saw the Lease change: a's renewal is
+    // news to it, so it waits a whole lease duration from now, whatever renewTime says.
+    assert!(
+        !b.try_acquire_or_renew().await.unwrap(),
+        "b saw a's renewal only now"
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     assert!(
         b.try_acquire_or_renew().await.unwrap(),
-        "expired: b takes over"
+        "unchanged for a lease duration: b takes over"
     );
     assert!(!a.try_acquire_or_renew().await.unwrap(), "b holds it now");
+}
+
+/// A leader whose renewals hang (an API server that accepts connections and never
+/// answers) stops leading at the renew deadline, before its Lease could expire for the
+/// others.
+#[tokio::test]
+async fn a_hung_renewal_ends_leadership_at_the_renew_deadline() {
+    use dpufs_operator::leader::{LeaseLock, LeaseLost};
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let config = kube::Config::new(url.parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let lock = LeaseLock::new(
+        Api::namespaced(client, "default"),
+        "dpufs-operator",
+        "a",
+        Duration::from_millis(900),
+    );
+    let started = Instant::now();
+    let lost = tokio::time::timeout(Duration::from_secs(20), lock.hold())
+        .await
+        .expect("hold() returns instead of hanging with its renewal");
+    assert!(
+        matches!(&lost, LeaseLost::RenewDeadline { last, .. } if last.contains("unanswered")),
+        "{lost:?}"
+    );
+    // Not before the deadline: a slow renewal is given its time.
+    assert!(
+        started.elapsed() >= lock.renew_deadline(),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(silent);
 }
 
 #[test]
