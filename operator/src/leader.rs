@@ -12,11 +12,12 @@
 //!   each attempt bounded by what is left of it; a renewal that hangs or keeps failing
 //!   ends its leadership before another replica may take over.
 
+use crate::health::Liveness;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// One replica's view of the Lease.
@@ -29,6 +30,8 @@ pub struct LeaseLock {
     /// The Lease as last seen (holder, renew time, transitions) and when, on this
     /// replica's monotonic clock.
     observed: Mutex<Option<(String, Instant)>>,
+    /// Told of every answered Lease call, for `/healthz`.
+    liveness: Option<Arc<Liveness>>,
 }
 
 /// Why a leader stopped leading.
@@ -50,7 +53,14 @@ impl LeaseLock {
             identity: identity.into(),
             duration,
             observed: Mutex::new(None),
+            liveness: None,
         }
+    }
+
+    /// Reports every answered Lease call to `liveness`.
+    pub fn with_liveness(mut self, liveness: Arc<Liveness>) -> LeaseLock {
+        self.liveness = Some(liveness);
+        self
     }
 
     /// How long the leader may go without a successful renewal.
@@ -84,6 +94,16 @@ impl LeaseLock {
 
     /// Acquires or renews the Lease; `Ok(true)` while this replica leads.
     pub async fn try_acquire_or_renew(&self) -> kube::Result<bool> {
+        let answered = self.acquire_or_renew().await;
+        if answered.is_ok()
+            && let Some(l) = &self.liveness
+        {
+            l.beat();
+        }
+        answered
+    }
+
+    async fn acquire_or_renew(&self) -> kube::Result<bool> {
         let now = Timestamp::now();
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
             let mut lease = Lease::default();

@@ -14,6 +14,7 @@
 pub mod conditions;
 pub mod container;
 pub mod error;
+pub mod health;
 pub mod leader;
 pub mod metrics;
 pub mod pool;

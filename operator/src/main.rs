@@ -5,7 +5,7 @@ mod crds;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use dpufs_operator::{Context, leader::LeaseLock, metrics, run_as_leader};
+use dpufs_operator::{Context, health::Liveness, leader::LeaseLock, metrics, run_as_leader};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,7 +115,14 @@ async fn run(
     let listener = tokio::net::TcpListener::bind(&metrics_addr)
         .await
         .with_context(|| format!("binding {metrics_addr}"))?;
-    tokio::spawn(metrics::serve(listener, ctx.metrics.clone()));
+    // Standbys and leader call the API every third of the lease: two leases without an
+    // answer mean the loop hangs or the API server is out of reach.
+    let liveness = Arc::new(Liveness::new(lease.duration * 2));
+    tokio::spawn(metrics::serve(
+        listener,
+        ctx.metrics.clone(),
+        liveness.clone(),
+    ));
     let identity = lease
         .identity
         .unwrap_or_else(|| format!("dpufs-operator-{}", uuid::Uuid::new_v4()));
@@ -124,7 +131,8 @@ async fn run(
         &lease.name,
         &identity,
         lease.duration,
-    );
+    )
+    .with_liveness(liveness);
     tracing::info!(%identity, lease = %lease.name, "waiting for leadership");
     tokio::select! {
         r = run_as_leader(ctx, lock) => match r {

@@ -164,15 +164,20 @@ mod tests {
     }
 }
 
-/// Serves `GET /metrics` (OpenMetrics text) and `GET /healthz` on `listener`
-/// with a minimal HTTP/1.1 responder, until the task is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, metrics: std::sync::Arc<Metrics>) {
+/// Serves `GET /metrics` (OpenMetrics text) and `GET /healthz` (200, or 503 with the
+/// reason `liveness` gives) on `listener` with a minimal HTTP/1.1 responder, until the
+/// task is dropped.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: std::sync::Arc<Metrics>,
+    liveness: std::sync::Arc<crate::health::Liveness>,
+) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     loop {
         let Ok((mut sock, _)) = listener.accept().await else {
             continue;
         };
-        let metrics = metrics.clone();
+        let (metrics, liveness) = (metrics.clone(), liveness.clone());
         tokio::spawn(async move {
             let mut buf = vec![0u8; 4096];
             let mut n = 0;
@@ -190,7 +195,10 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: std::sync::Arc<Me
                     "application/openmetrics-text; version=1.0.0; charset=utf-8",
                     metrics.encode(),
                 ),
-                "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
+                "/healthz" => match liveness.check() {
+                    Ok(()) => ("200 OK", "text/plain", "ok\n".to_string()),
+                    Err(why) => ("503 Service Unavailable", "text/plain", format!("{why}\n")),
+                },
                 _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
             };
             let resp = format!(
@@ -207,15 +215,10 @@ mod serve_tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    #[tokio::test]
-    async fn serves_metrics_over_http() {
-        let m = std::sync::Arc::new(Metrics::default());
-        m.observe("DaosPool", Duration::from_millis(1), None);
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let server = tokio::spawn(serve(l, m));
+    /// `GET path` on `addr`: the whole response.
+    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+        s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
             .await
             .unwrap();
         let mut out = String::new();
@@ -223,6 +226,26 @@ mod serve_tests {
             .await
             .unwrap()
             .unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn serves_metrics_and_health_over_http() {
+        let m = std::sync::Arc::new(Metrics::default());
+        m.observe("DaosPool", Duration::from_millis(1), None);
+        let liveness =
+            std::sync::Arc::new(crate::health::Liveness::new(Duration::from_millis(300)));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = tokio::spawn(serve(l, m, liveness.clone()));
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200 OK"));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let sick = get(addr, "/healthz").await;
+        assert!(sick.starts_with("HTTP/1.1 503"), "{sick}");
+        assert!(sick.contains("no answer from the Kubernetes API"), "{sick}");
+        liveness.beat();
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200 OK"));
+        let out = get(addr, "/metrics").await;
         assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
         assert!(
             out.contains("dpufs_operator_reconciles_total{kind=\"DaosPool\"} 1"),
