@@ -9,8 +9,11 @@ const DPUFS: &str = env!("CARGO_BIN_EXE_dpufs");
 
 #[test]
 fn meta_bench_reports_every_phase_for_every_target() {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("skipped: dpufs bench meta drops the page cache, which needs root");
+    let root = rustix::process::geteuid().is_root();
+    if !dpufs_e2e::skip::host_has(
+        root,
+        "dpufs bench meta drops the page cache, which needs root",
+    ) {
         return;
     }
     let (target, baseline, out) = (dir(), dir(), dir());
@@ -67,8 +70,8 @@ fn meta_bench_reports_every_phase_for_every_target() {
 
 #[test]
 fn meta_bench_refuses_a_target_that_is_not_a_directory() {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("skipped: dpufs bench meta refuses to run without root first");
+    let root = rustix::process::geteuid().is_root();
+    if !dpufs_e2e::skip::host_has(root, "dpufs bench meta refuses to run without root first") {
         return;
     }
     let baseline = dir();

@@ -451,7 +451,10 @@ impl Drop for Up {
 }
 
 fn is_root() -> bool {
-    rustix::process::geteuid().is_root() && Path::new("/dev/fuse").exists()
+    dpufs_e2e::skip::host_has(
+        rustix::process::geteuid().is_root() && Path::new("/dev/fuse").exists(),
+        "needs root and /dev/fuse",
+    )
 }
 
 fn mounted(path: &Path) -> bool {

@@ -36,9 +36,7 @@ impl ContainerCgroup {
             .map(|root| root.join(&name))
             .find(|dir| std::fs::create_dir(dir).is_ok())
             .map(|dir| ContainerCgroup { dir });
-        if made.is_none() {
-            eprintln!("skipped: no cgroup hierarchy to run the launcher in");
-        }
+        dpufs_e2e::skip::host_has(made.is_some(), "no cgroup hierarchy to run the launcher in");
         made
     }
 
@@ -88,10 +86,11 @@ fn rand_suffix() -> u32 {
 }
 
 fn unshare_available() -> bool {
-    Command::new("unshare")
+    let ok = Command::new("unshare")
         .args(["--pid", "--fork", "true"])
         .status()
-        .is_ok_and(|s| s.success())
+        .is_ok_and(|s| s.success());
+    dpufs_e2e::skip::host_has(ok, "`unshare --pid --fork` does not work here")
 }
 
 /// A running `dpufs-csi launcher` and what it printed up to "launcher ready".

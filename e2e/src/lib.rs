@@ -9,6 +9,7 @@ pub mod kube_api;
 pub mod manifests;
 pub mod netns;
 mod process;
+pub mod skip;
 pub mod volume;
 
 use anyhow::{Context, bail};

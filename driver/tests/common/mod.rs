@@ -23,11 +23,10 @@ use std::time::{Duration, Instant};
 pub fn can_mount() -> bool {
     // SAFETY: plain getter.
     let root = unsafe { libc::geteuid() } == 0;
-    let ok = root && Path::new("/dev/fuse").exists();
-    if !ok {
-        eprintln!("skipped: needs root and /dev/fuse");
-    }
-    ok
+    dpufs_e2e::skip::host_has(
+        root && Path::new("/dev/fuse").exists(),
+        "needs root and /dev/fuse",
+    )
 }
 
 /// The fio program.
@@ -35,11 +34,10 @@ pub const FIO: &str = "fio";
 
 /// Whether fio can be run here. Tests that need it skip otherwise.
 pub fn fio_available() -> bool {
-    let ok = Command::new(FIO).arg("--version").output().is_ok();
-    if !ok {
-        eprintln!("skipped: fio is not installed (apt-get install fio)");
-    }
-    ok
+    dpufs_e2e::skip::host_has(
+        Command::new(FIO).arg("--version").output().is_ok(),
+        "fio is not installed (apt-get install fio)",
+    )
 }
 
 /// Runs fio on `dir` and checks that it succeeded with no job error.
