@@ -73,7 +73,23 @@ impl KubeApiServer {
             skip(test);
             return None;
         };
-        Some(Self::start_from(&bin).expect("starting etcd and kube-apiserver"))
+        Some(Self::start_retrying(&bin).expect("starting etcd and kube-apiserver"))
+    }
+
+    /// [`KubeApiServer::start_from`], again (up to three times in all) when a port it
+    /// picked was taken before the server bound it: a free port is free only until
+    /// another process's outgoing connection draws it from the same ephemeral range.
+    fn start_retrying(bin: &Path) -> anyhow::Result<KubeApiServer> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_from(bin) {
+                Err(e) if attempt < 3 && format!("{e:#}").contains("address already in use") => {
+                    eprintln!("kube_api: a port was taken meanwhile, starting again: {e:#}");
+                    attempt += 1;
+                }
+                done => return done,
+            }
+        }
     }
 
     fn start_from(bin: &Path) -> anyhow::Result<KubeApiServer> {

@@ -25,7 +25,7 @@ use dpufs_proto::daos::der::Der;
 use dpufs_proto::daos::props::PropValue;
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::Mutex;
 use sys::{Handle, Symbols};
 
 /// libdfs's file name; its dependencies (libdaos, libdaos_common, libgurt) come with it.
@@ -38,7 +38,9 @@ pub struct LibDaos {
     sym: Symbols,
 }
 
-static LOADED: OnceLock<std::result::Result<LibDaos, String>> = OnceLock::new();
+/// The libraries once they loaded and initialized. A failure is not kept: the agent may
+/// come up after this process, and the next call tries again.
+static LOADED: Mutex<Option<&'static LibDaos>> = Mutex::new(None);
 
 impl std::fmt::Debug for LibDaos {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -48,11 +50,20 @@ impl std::fmt::Debug for LibDaos {
 
 impl LibDaos {
     /// Opens `dir/libdfs.so` (with libdaos behind it), resolves the functions dpufs calls and
-    /// runs `daos_init`, which reaches the agent at `$DAOS_AGENT_DRPC_DIR`. Once per process:
-    /// later calls return the same libraries, or refuse another directory.
+    /// runs `daos_init`, which reaches the agent at `$DAOS_AGENT_DRPC_DIR`. Once per process
+    /// when it succeeds: later calls return the same libraries, or refuse another directory;
+    /// after a failure the next call tries again.
     pub fn load(dir: &Path) -> Result<&'static LibDaos> {
-        let loaded = LOADED.get_or_init(|| Self::open(dir));
-        let lib = loaded.as_ref().map_err(|e| DaosError::Config(e.clone()))?;
+        let mut loaded = LOADED.lock().expect("libdaos lock");
+        let lib = match *loaded {
+            Some(lib) => lib,
+            None => {
+                let lib: &'static LibDaos =
+                    Box::leak(Box::new(Self::open(dir).map_err(DaosError::Config)?));
+                *loaded = Some(lib);
+                lib
+            }
+        };
         if lib.dir != dir {
             return Err(DaosError::Config(format!(
                 "libdaos is loaded from {} already; a process uses one DAOS installation",
@@ -411,7 +422,7 @@ mod tests {
         let err = LibDaos::load(dir.path()).unwrap_err().to_string();
         let wanted = format!("cannot load {}/libdfs.so", dir.path().display());
         assert!(err.contains(&wanted), "{err}");
-        // The process keeps its first answer: another directory is refused, not loaded.
+        // A failure is not kept: the next call tries again (and fails the same way here).
         let again = LibDaos::load(dir.path()).unwrap_err().to_string();
         assert_eq!(again, err);
     }
