@@ -303,13 +303,6 @@ impl MgmtClient {
         self.session.server_version()
     }
 
-    /// The wire of the servers' release, once a call has settled it.
-    fn wire(&self) -> Wire {
-        self.server_version()
-            .and_then(|v| Wire::of(&v))
-            .unwrap_or(Wire::NEWEST)
-    }
-
     /// PoolCreate. Idempotent: retrying with the same `spec.uuid` returns the same pool.
     pub async fn pool_create(&self, spec: &PoolSpec) -> Result<PoolCreated> {
         let mut properties = vec![wire_prop(
@@ -474,7 +467,7 @@ impl MgmtClient {
         };
         let r = rpc!(self, self.timeout(), req, pool_get_prop)?;
         body_status(r.status, "pool get-prop")?;
-        let wire = self.wire();
+        let wire = self.session.wire();
         Ok(r.properties
             .into_iter()
             .filter_map(|p| Some((p.number, wire.prop_from_wire(p.number, p.value?.into()))))

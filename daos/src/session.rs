@@ -162,10 +162,17 @@ impl Session {
     }
 
     /// The wire the next call speaks.
-    fn wire(&self) -> Wire {
-        self.server_version()
-            .and_then(|v| Wire::of(&v))
-            .unwrap_or(Wire::NEWEST)
+    pub fn wire(&self) -> Wire {
+        self.speaking().0
+    }
+
+    /// The wire the next call speaks and the `x-daos-version` it announces, from one
+    /// reading of what the session knows (a concurrent call may learn meanwhile).
+    fn speaking(&self) -> (Wire, String) {
+        let server = self
+            .server_version()
+            .unwrap_or(ServerVersion::of_wire(Wire::NEWEST));
+        (Wire::of(&server).unwrap_or(Wire::NEWEST), server.announce())
     }
 
     /// A server accepted the call made on `wire`: when nothing named the version yet,
@@ -175,13 +182,6 @@ impl Session {
             .lock()
             .expect("server lock")
             .get_or_insert(ServerVersion::of_wire(wire));
-    }
-
-    /// The `x-daos-version` the next call announces.
-    fn announced(&self) -> String {
-        self.server_version()
-            .unwrap_or(ServerVersion::of_wire(Wire::NEWEST))
-            .announce()
     }
 
     /// Learns the server's version from a version refusal of a call that announced
@@ -199,7 +199,7 @@ impl Session {
         };
         *self.server.lock().expect("server lock") = Some(version);
         tracing::info!("DAOS server {version}: using the {wire} wire");
-        self.announced() != refused
+        self.speaking().1 != refused
     }
 
     /// A request with DAOS's version headers and the remaining deadline.
@@ -257,7 +257,7 @@ impl Session {
         };
         let mut relearns = 0;
         let resp = loop {
-            let (wire, announced) = (self.wire(), self.announced());
+            let (wire, announced) = self.speaking();
             let req = self.request(ask.clone(), self.cfg.connect_timeout, &announced);
             match MgmtSvcClient::new(ch.clone()).leader_query(req).await {
                 Ok(resp) => {
@@ -314,7 +314,7 @@ impl Session {
                     return Err(e);
                 }
             };
-            let (wire, announced) = (self.wire(), self.announced());
+            let (wire, announced) = self.speaking();
             let req = self.request(msg.clone(), remaining, &announced);
             let err = match rpc(ch, req, wire).await {
                 Ok(resp) => {

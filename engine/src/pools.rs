@@ -12,12 +12,12 @@ use dpufs_proto::daos::fault::FaultCode;
 use dpufs_proto::daos::label::validate_label;
 use dpufs_proto::daos::props::{self, POOL_PROPS, PropValue};
 use dpufs_proto::daos::ranks::format_ranks;
+use dpufs_proto::mgmt::{self, pool_property::Value};
+use std::collections::BTreeMap;
 
 /// The pool layout version of DAOS 2.8 (its pool global version): what a new pool has and
 /// what it could be upgraded to.
 const POOL_LAYOUT_VERSION: u32 = 4;
-use dpufs_proto::mgmt::{self, pool_property::Value};
-use std::collections::BTreeMap;
 
 /// Most pool-service replicas DAOS allows (2 × svc_rf max + 1).
 const MAX_SVC_REPS: u32 = 9;

@@ -12,7 +12,7 @@
 //!
 //! Each call connects to the pool, does its work on a blocking thread and disconnects.
 
-use super::{LibDaos, PoolHandle};
+use super::{ContHandle, LibDaos, PoolHandle};
 use crate::containers::{ContainerAdmin, ContainerInfo, ContainerSpec, Snapshot, SnapshotRef};
 use crate::error::{DaosError, Result};
 use crate::mgmt::Acl;
@@ -104,10 +104,10 @@ fn user_attributes(all: BTreeMap<String, Vec<u8>>) -> BTreeMap<String, Vec<u8>> 
         .collect()
 }
 
-fn snapshots_of(pool: &PoolHandle, cont: &str) -> Result<Vec<Snapshot>> {
-    let handle = pool.open(cont, false)?;
+/// The snapshots of the open container, with the names dpufs keeps for them.
+fn snapshots_of(handle: &ContHandle) -> Result<Vec<Snapshot>> {
     let names = handle.attributes()?;
-    let lib = pool.lib;
+    let lib = handle.pool.lib;
     Ok(handle
         .snapshots()?
         .into_iter()
@@ -147,9 +147,8 @@ fn create(pool: &PoolHandle, spec: &ContainerSpec) -> Result<ContainerInfo> {
     full_query(pool, &spec.label)
 }
 
-fn find_snapshot(pool: &PoolHandle, cont: &str, snap: &SnapshotRef) -> Result<u64> {
-    let snapshots = snapshots_of(pool, cont)?;
-    snapshots
+fn find_snapshot(handle: &ContHandle, cont: &str, snap: &SnapshotRef) -> Result<u64> {
+    snapshots_of(handle)?
         .iter()
         .find(|s| match snap {
             SnapshotRef::Epoch(e) => s.epoch == *e,
@@ -295,7 +294,7 @@ impl ContainerAdmin for LibDaosContainers {
 
     async fn snapshot_list(&self, pool: &str, cont: &str) -> Result<Vec<Snapshot>> {
         let cont = cont.to_string();
-        self.with_pool(pool, false, move |p| snapshots_of(p, &cont))
+        self.with_pool(pool, false, move |p| snapshots_of(&p.open(&cont, false)?))
             .await
     }
 
@@ -307,13 +306,12 @@ impl ContainerAdmin for LibDaosContainers {
     ) -> Result<Vec<Snapshot>> {
         let cont = cont.to_string();
         self.with_pool(pool, false, move |p| {
-            let epoch = find_snapshot(p, &cont, &snap)?;
             let handle = p.open(&cont, true)?;
+            let epoch = find_snapshot(&handle, &cont, &snap)?;
             handle.destroy_snapshot(epoch)?;
             let name = BTreeMap::from([(format!("{SNAPSHOT_ATTR}{epoch}"), Vec::new())]);
             handle.set_attributes(&name)?;
-            drop(handle);
-            snapshots_of(p, &cont)
+            snapshots_of(&handle)
         })
         .await
     }

@@ -29,10 +29,52 @@ impl Drop for ContHandle<'_> {
     }
 }
 
+/// `CO_ROOTS`: the DFS superblock and root objects, a structure dpufs does not show.
+const CONT_ROOTS: u32 = 0x1011;
+
+/// Property entries DAOS filled: every set value by number, and the ACL with its owner
+/// and group (kept in the properties too, as strings).
+fn decode(lib: &LibDaos, entries: &[sys::PropEntry]) -> Result<(BTreeMap<u32, PropValue>, Acl)> {
+    let mut properties = BTreeMap::new();
+    let mut acl = Acl {
+        entries: Vec::new(),
+        owner_user: String::new(),
+        owner_group: String::new(),
+    };
+    for entry in entries {
+        if entry.dpe_flags & sys::ENTRY_NOT_SET != 0 {
+            continue;
+        }
+        match entry.dpe_type {
+            props::CONT_ACL => acl.entries = lib.acl_strings(entry)?,
+            CONT_ROOTS => {}
+            n @ (props::CONT_LABEL | props::CONT_OWNER | props::CONT_GROUP) => {
+                // SAFETY: DAOS stores these three as NUL-terminated strings it owns.
+                let text = unsafe { string_of(entry.value.str_) };
+                match n {
+                    props::CONT_OWNER => acl.owner_user = text.clone(),
+                    props::CONT_GROUP => acl.owner_group = text.clone(),
+                    _ => {}
+                }
+                properties.insert(n, PropValue::Str(text));
+            }
+            // SAFETY: every other container property is a number.
+            n => {
+                properties.insert(n, PropValue::Num(unsafe { entry.value.val }));
+            }
+        }
+    }
+    Ok((properties, acl))
+}
+
 impl ContHandle<'_> {
+    fn lib(&self) -> &'static LibDaos {
+        self.pool.lib
+    }
+
     /// The container's UUID, counts and every property the server holds.
     pub fn query(&self) -> Result<ContainerInfo> {
-        let lib = self.pool.lib;
+        let lib = self.lib();
         let mut info = sys::ContInfo::default();
         let all = PropList::all(lib)?;
         // SAFETY: `info` is a writable C layout; `all.0` is an empty list from
@@ -42,36 +84,7 @@ impl ContHandle<'_> {
             (lib.sym.daos_cont_query)(self.handle, &mut info, all.0, std::ptr::null_mut())
         };
         lib.check(rc, "querying the container")?;
-        let mut properties = BTreeMap::new();
-        let mut acl = Acl {
-            entries: Vec::new(),
-            owner_user: String::new(),
-            owner_group: String::new(),
-        };
-        for entry in all.entries() {
-            if entry.dpe_flags & sys::ENTRY_NOT_SET != 0 {
-                continue;
-            }
-            match entry.dpe_type {
-                props::CONT_ACL => acl.entries = lib.acl_strings(entry)?,
-                n @ (props::CONT_LABEL | props::CONT_OWNER | props::CONT_GROUP) => {
-                    // SAFETY: DAOS stores these three as NUL-terminated strings it owns.
-                    let text = unsafe { string_of(entry.value.str_) };
-                    match n {
-                        props::CONT_OWNER => acl.owner_user = text.clone(),
-                        props::CONT_GROUP => acl.owner_group = text.clone(),
-                        _ => {}
-                    }
-                    properties.insert(n, PropValue::Str(text));
-                }
-                // Structures (the DFS roots): not a value dpufs shows.
-                0x1011 => {}
-                // SAFETY: every other container property is a number.
-                n => {
-                    properties.insert(n, PropValue::Num(unsafe { entry.value.val }));
-                }
-            }
-        }
+        let (properties, acl) = decode(lib, all.entries())?;
         let label = match properties.get(&props::CONT_LABEL) {
             Some(PropValue::Str(l)) => l.clone(),
             _ => String::new(),
@@ -87,12 +100,6 @@ impl ContHandle<'_> {
             created_unix: lib.unix_seconds(info.ci_md_otime),
         })
     }
-}
-
-impl ContHandle<'_> {
-    fn lib(&self) -> &'static LibDaos {
-        self.pool.lib
-    }
 
     /// The ACL with the owner and owner group (`daos cont get-acl`).
     pub fn acl(&self) -> Result<Acl> {
@@ -104,21 +111,7 @@ impl ContHandle<'_> {
             unsafe { (lib.sym.daos_cont_get_acl)(self.handle, &mut prop, std::ptr::null_mut()) };
         lib.check(rc, "reading the ACL")?;
         let list = PropList(prop, lib);
-        let mut acl = Acl {
-            entries: Vec::new(),
-            owner_user: String::new(),
-            owner_group: String::new(),
-        };
-        for entry in list.entries() {
-            match entry.dpe_type {
-                props::CONT_ACL => acl.entries = lib.acl_strings(entry)?,
-                // SAFETY: owner and group entries hold strings DAOS owns.
-                props::CONT_OWNER => acl.owner_user = unsafe { string_of(entry.value.str_) },
-                props::CONT_GROUP => acl.owner_group = unsafe { string_of(entry.value.str_) },
-                _ => {}
-            }
-        }
-        Ok(acl)
+        Ok(decode(lib, list.entries())?.1)
     }
 
     /// Replaces the whole ACL, or (`update`) adds and replaces the given entries.
