@@ -192,6 +192,55 @@ pub fn check_name(name: &str) -> DfsResult<()> {
     Ok(())
 }
 
+/// Namespaces an xattr name must start with; `system.` (POSIX ACLs) is not supported by DFS.
+const XATTR_PREFIXES: [&str; 3] = ["user.", "trusted.", "security."];
+
+/// Checks an xattr name as Linux does: 1 to [`NAME_MAX`] bytes (ERANGE), in a namespace
+/// DFS keeps (EOPNOTSUPP).
+pub fn check_xattr_name(name: &str) -> DfsResult<()> {
+    if name.is_empty() || name.len() > NAME_MAX {
+        return Err(DfsError::new(
+            Errno::RANGE,
+            "attribute name must be 1 to 255 bytes",
+        ));
+    }
+    if !XATTR_PREFIXES
+        .iter()
+        .any(|p| name.starts_with(p) && name.len() > p.len())
+    {
+        return Err(DfsError::new(
+            Errno::OPNOTSUPP,
+            format!("attribute {name:?} is not in the user, trusted or security namespace"),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether xattr `name` may exist on an object of type `kind` (`S_IFMT` bits): as on Linux,
+/// `user.` attributes only on files and directories (others: EPERM to change, ENODATA to read).
+pub fn xattr_allowed_on(kind: u32, name: &str) -> bool {
+    const S_IFREG: u32 = 0o100000;
+    const S_IFDIR: u32 = 0o040000;
+    !name.starts_with("user.") || kind == S_IFREG || kind == S_IFDIR
+}
+
+/// The cookie of a name: a 63-bit hash that is never 0 (0 starts a listing) and never
+/// changes (the engine stores it in the entry's key; libdfs-backed listings resume by it). FNV-1a, then a 64-bit finalizer so similar
+/// names spread over the whole range.
+pub fn name_hash(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    (h >> 1).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,5 +278,15 @@ mod tests {
         );
         check_name(&"x".repeat(NAME_MAX)).unwrap();
         check_name("...").unwrap();
+    }
+
+    #[test]
+    fn hashes_are_nonzero_63_bits_and_spread() {
+        let names: Vec<String> = (0..10_000).map(|i| format!("file{i}")).collect();
+        let mut hashes: Vec<u64> = names.iter().map(|n| name_hash(n)).collect();
+        assert!(hashes.iter().all(|&h| h != 0 && h < 1 << 63));
+        hashes.sort_unstable();
+        hashes.dedup();
+        assert_eq!(hashes.len(), names.len());
     }
 }

@@ -20,11 +20,17 @@ pub struct ContHandle<'p> {
 
 impl Drop for ContHandle<'_> {
     fn drop(&mut self) {
-        let lib = self.pool.lib;
-        // SAFETY: the handle came from daos_cont_open2 and is closed once, here.
-        let rc = unsafe { (lib.sym.daos_cont_close)(self.handle, std::ptr::null_mut()) };
+        self.pool.lib.close_container(self.handle);
+    }
+}
+
+impl LibDaos {
+    /// Closes a container handle from daos_cont_open2, once.
+    pub(super) fn close_container(&self, handle: Handle) {
+        // SAFETY: the caller's handle came from daos_cont_open2 and is closed once, here.
+        let rc = unsafe { (self.sym.daos_cont_close)(handle, std::ptr::null_mut()) };
         if rc != 0 {
-            tracing::warn!("daos_cont_close: {}", lib.der_name(rc));
+            tracing::warn!("daos_cont_close: {}", self.der_name(rc));
         }
     }
 }

@@ -10,14 +10,17 @@
 //! What is here: the pool connection (`LibDaos::connect`); containers listed, created
 //! (POSIX, as `daos cont create --type POSIX`), queried and destroyed (`PoolHandle`); their
 //! ACL, properties, attributes and snapshots (`ContHandle`); and `ContainerAdmin` over all
-//! of it (`LibDaosContainers`). Files (`Dfs` over libdfs) are not here yet.
+//! of it (`LibDaosContainers`); and files: a container mounted as DFS, the `Dfs` interface
+//! of the volume worker (`LibDfs`).
 
 mod admin;
 mod container;
+mod dfs;
 mod sys;
 
 pub use admin::LibDaosContainers;
 pub use container::ContHandle;
+pub use dfs::LibDfs;
 
 use crate::containers::ContainerInfo;
 use crate::error::{DaosError, Result};
@@ -127,10 +130,7 @@ impl LibDaos {
     pub fn connect(&'static self, pool: &str, write: bool) -> Result<PoolHandle> {
         let id = c_string(pool, "pool")?;
         let mut handle = Handle::default();
-        let mut info = sys::PoolInfo {
-            pi_uuid: [0; 16],
-            rest: [0; 176],
-        };
+        let mut info = sys::PoolInfo::zeroed();
         let mode = if write { sys::PC_RW } else { sys::PC_RO };
         // SAFETY: `id` is NUL-terminated and outlives the call; `handle` and `info` are
         // writable and of the C layouts; a NULL system means the agent's; the event is NULL

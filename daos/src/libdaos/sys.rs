@@ -59,13 +59,34 @@ pub struct PoolContInfo {
     pub pci_label: [c_char; 128],
 }
 
-/// `daos_pool_info_t`, of which dpufs reads the UUID only (`pi_bits` 0 asks for no
-/// optional field).
-#[repr(C, align(8))]
+/// `daos_pool_info_t`, of which dpufs reads the UUID and, when `pi_bits` asks for
+/// `DPI_SPACE`, the pool's space (`pi_space.ps_space`: index 0 SCM, 1 NVMe).
+#[repr(C)]
 pub struct PoolInfo {
     pub pi_uuid: [u8; 16],
-    pub rest: [u8; 176],
+    pub pi_ntargets: u32,
+    pub pi_nnodes: u32,
+    pub pi_ndisabled: u32,
+    pub pi_map_ver: u32,
+    pub pi_leader: u32,
+    pub pi_pad: u32,
+    pub pi_bits: u64,
+    pub s_total: [u64; 2],
+    pub s_free: [u64; 2],
+    /// The rest of `pi_space` and the rebuild status, which dpufs does not read.
+    pub rest: [u64; 14],
 }
+
+impl PoolInfo {
+    /// All zero: asks for no optional field.
+    pub fn zeroed() -> PoolInfo {
+        // SAFETY: every field is an integer or an array of them; zero is valid for all.
+        unsafe { std::mem::zeroed() }
+    }
+}
+
+/// `DPI_SPACE`: `daos_pool_query` fills `pi_space`.
+pub const DPI_SPACE: u64 = 1;
 
 // The layouts above, checked against the sizes DAOS's headers give (docs/real-daos.md).
 const _: () = assert!(std::mem::size_of::<Handle>() == 8);
@@ -75,11 +96,26 @@ const _: () = assert!(std::mem::size_of::<ContInfo>() == 48);
 const _: () = assert!(std::mem::size_of::<PoolContInfo>() == 144);
 const _: () = assert!(std::mem::align_of::<PoolContInfo>() == 1);
 const _: () = assert!(std::mem::size_of::<PoolInfo>() == 192);
+const _: () = assert!(std::mem::offset_of!(PoolInfo, pi_bits) == 40);
+const _: () = assert!(std::mem::offset_of!(PoolInfo, s_total) == 48);
+const _: () = assert!(std::mem::offset_of!(PoolInfo, s_free) == 64);
 
 /// `daos_anchor_t`: an opaque iteration cursor, zero at the start.
 #[repr(C)]
 pub struct Anchor {
     pub bytes: [u64; 15],
+}
+
+impl Anchor {
+    /// A cursor at the start.
+    pub fn start() -> Anchor {
+        Anchor { bytes: [0; 15] }
+    }
+
+    /// Whether the iteration has ended: `da_type` (the first 16 bits) is `DAOS_ANCHOR_TYPE_EOF`.
+    pub fn at_end(&self) -> bool {
+        self.bytes[0] & 0xffff == 3
+    }
 }
 
 /// `daos_epoch_range_t`, passed by value.
@@ -103,6 +139,38 @@ pub struct DfsAttr {
     pub da_hints: [c_char; 128],
 }
 
+/// `dfs_t` and `dfs_obj_t`: libdfs's own structures, reached through pointers only.
+pub type DfsMount = c_void;
+pub type DfsObj = c_void;
+
+/// `daos_obj_id_t`: a DAOS object's 128-bit id.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct ObjId {
+    pub lo: u64,
+    pub hi: u64,
+}
+
+/// `d_iov_t`: a buffer (`iov_buf_len` bytes of room, `iov_len` of them meant).
+#[repr(C)]
+pub struct Iov {
+    pub iov_buf: *mut c_void,
+    pub iov_buf_len: usize,
+    pub iov_len: usize,
+}
+
+/// `d_sg_list_t`: a scatter-gather list.
+#[repr(C)]
+pub struct SgList {
+    pub sg_nr: u32,
+    pub sg_nr_out: u32,
+    pub sg_iovs: *mut Iov,
+}
+
+const _: () = assert!(std::mem::size_of::<ObjId>() == 16);
+const _: () = assert!(std::mem::size_of::<Iov>() == 24);
+const _: () = assert!(std::mem::size_of::<SgList>() == 16);
+const _: () = assert!(std::mem::size_of::<libc::dirent>() == 280);
 const _: () = assert!(std::mem::size_of::<DfsAttr>() == 176);
 const _: () = assert!(std::mem::offset_of!(DfsAttr, da_props) == 24);
 const _: () = assert!(std::mem::offset_of!(DfsAttr, da_hints) == 44);
@@ -117,6 +185,12 @@ pub const PC_RW: u32 = 2;
 /// `DAOS_COO_RO`, `DAOS_COO_RW`: container open modes.
 pub const COO_RO: u32 = 1;
 pub const COO_RW: u32 = 2;
+/// `DFS_SET_ATTR_*`: which fields `dfs_osetattr` sets.
+pub const SET_ATTR_MODE: c_int = 1;
+pub const SET_ATTR_MTIME: c_int = 4;
+pub const SET_ATTR_SIZE: c_int = 8;
+pub const SET_ATTR_UID: c_int = 16;
+pub const SET_ATTR_GID: c_int = 32;
 /// `DAOS_SNAP_OPT_CR`: create a snapshot.
 pub const SNAP_OPT_CR: c_int = 1;
 
@@ -184,4 +258,24 @@ symbols! {
     daos_cont_create_snap_opt: fn(Handle, *mut u64, *mut c_char, c_int, Event) -> c_int;
     daos_cont_list_snap: fn(Handle, *mut c_int, *mut u64, *mut *mut c_char, *mut Anchor, Event) -> c_int;
     daos_cont_destroy_snap: fn(Handle, EpochRange, Event) -> c_int;
+    daos_pool_query: fn(Handle, *mut c_void, *mut PoolInfo, *mut Prop, Event) -> c_int;
+    dfs_mount: fn(Handle, Handle, c_int, *mut *mut DfsMount) -> c_int;
+    dfs_umount: fn(*mut DfsMount) -> c_int;
+    dfs_lookup: fn(*mut DfsMount, *const c_char, c_int, *mut *mut DfsObj, *mut u32, *mut libc::stat) -> c_int;
+    dfs_lookup_rel: fn(*mut DfsMount, *mut DfsObj, *const c_char, c_int, *mut *mut DfsObj, *mut u32, *mut libc::stat) -> c_int;
+    dfs_open: fn(*mut DfsMount, *mut DfsObj, *const c_char, u32, c_int, u32, u64, *const c_char, *mut *mut DfsObj) -> c_int;
+    dfs_release: fn(*mut DfsObj) -> c_int;
+    dfs_obj2id: fn(*mut DfsObj, *mut ObjId) -> c_int;
+    dfs_ostat: fn(*mut DfsMount, *mut DfsObj, *mut libc::stat) -> c_int;
+    dfs_osetattr: fn(*mut DfsMount, *mut DfsObj, *mut libc::stat, c_int) -> c_int;
+    dfs_read: fn(*mut DfsMount, *mut DfsObj, *mut SgList, u64, *mut u64, Event) -> c_int;
+    dfs_write: fn(*mut DfsMount, *mut DfsObj, *mut SgList, u64, Event) -> c_int;
+    dfs_readdir: fn(*mut DfsMount, *mut DfsObj, *mut Anchor, *mut u32, *mut libc::dirent) -> c_int;
+    dfs_remove: fn(*mut DfsMount, *mut DfsObj, *const c_char, bool, *mut ObjId) -> c_int;
+    dfs_move: fn(*mut DfsMount, *mut DfsObj, *const c_char, *mut DfsObj, *const c_char, *mut ObjId) -> c_int;
+    dfs_get_symlink_value: fn(*mut DfsObj, *mut c_char, *mut u64) -> c_int;
+    dfs_setxattr: fn(*mut DfsMount, *mut DfsObj, *const c_char, *const c_void, u64, c_int) -> c_int;
+    dfs_getxattr: fn(*mut DfsMount, *mut DfsObj, *const c_char, *mut c_void, *mut u64) -> c_int;
+    dfs_listxattr: fn(*mut DfsMount, *mut DfsObj, *mut c_char, *mut u64) -> c_int;
+    dfs_removexattr: fn(*mut DfsMount, *mut DfsObj, *const c_char) -> c_int;
 }

@@ -240,6 +240,37 @@ impl Report {
     }
 }
 
+impl Report {
+    /// Like [`Report::assert_passed`], but a backend's own known differences are accepted:
+    /// each `(case, step, why)` names a step of a case whose results may differ. Every
+    /// entry must match a difference found, so the list cannot outlive what it excuses.
+    pub fn assert_passed_except(&self, known: &[(&str, &str, &str)]) {
+        let mut used = vec![false; known.len()];
+        let mut unexpected = Vec::new();
+        for (case, diffs) in &self.failed {
+            for d in diffs {
+                let step = d.split(": reference gave").next().unwrap_or(d);
+                match known.iter().position(|(c, s, _)| c == case && *s == step) {
+                    Some(i) => used[i] = true,
+                    None => unexpected.push(format!("  {case}: {d}")),
+                }
+            }
+        }
+        let stale: Vec<String> = known
+            .iter()
+            .zip(&used)
+            .filter(|(_, used)| !**used)
+            .map(|((case, step, _), _)| format!("  {case}: {step}"))
+            .collect();
+        assert!(
+            unexpected.is_empty() && stale.is_empty(),
+            "differences not on the backend's list:\n{}\nlisted differences that did not occur:\n{}",
+            unexpected.join("\n"),
+            stale.join("\n")
+        );
+    }
+}
+
 /// Runs every case.
 pub fn run_all(reference: &dyn Dfs, subject: &dyn Dfs) -> Report {
     let mut report = Report::default();

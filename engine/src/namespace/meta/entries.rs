@@ -12,6 +12,7 @@ use super::{ENTRIES, INODES, MetaStore, get_dir, get_inode};
 use crate::namespace::error::StorageResult;
 use crate::namespace::error::{DfsResult, Errno, err};
 use crate::namespace::inode::{Inode, Oid, S_IFMT};
+pub use dpufs_proto::dfs::name_hash;
 use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
 
 /// An entry of a directory listing.
@@ -37,23 +38,6 @@ pub struct DirPage {
     pub entries: Vec<DirEntry>,
     /// Nothing follows the last entry.
     pub end: bool,
-}
-
-/// The cookie of a name: a 63-bit hash that is never 0 (0 starts a listing) and never
-/// changes (it is part of the stored key). FNV-1a, then a 64-bit finalizer so similar
-/// names spread over the whole range.
-pub fn name_hash(name: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^= h >> 33;
-    (h >> 1).max(1)
 }
 
 /// The key of entry `name` of `dir`.
@@ -119,20 +103,5 @@ impl MetaStore {
         }
         page.end = true;
         Ok(page)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::name_hash;
-
-    #[test]
-    fn hashes_are_nonzero_63_bits_and_spread() {
-        let names: Vec<String> = (0..10_000).map(|i| format!("file{i}")).collect();
-        let mut hashes: Vec<u64> = names.iter().map(|n| name_hash(n)).collect();
-        assert!(hashes.iter().all(|&h| h != 0 && h < 1 << 63));
-        hashes.sort_unstable();
-        hashes.dedup();
-        assert_eq!(hashes.len(), names.len());
     }
 }

@@ -2,19 +2,16 @@
 //! Names and flags follow Linux: a namespace prefix is required, `user.` attributes exist
 //! only on files and directories, XATTR_CREATE/XATTR_REPLACE as setxattr(2).
 
-use super::names::NAME_MAX;
 use super::{INODES, MetaStore, XATTRS, get_inode};
 use crate::namespace::error::StorageResult;
 use crate::namespace::error::{DfsResult, Errno, err};
-use crate::namespace::inode::{Inode, Oid};
+use crate::namespace::inode::{Inode, Oid, S_IFMT};
+use dpufs_proto::dfs::{check_xattr_name as check_name, xattr_allowed_on};
 use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
 
 /// Largest value. Linux allows 64 KiB; DFS takes a little less so that a SetXattr request,
 /// name and all, stays within the data service's 64 KiB message limit.
 pub use dpufs_proto::dfs::XATTR_VALUE_MAX;
-
-/// Namespaces a name must start with; `system.` (POSIX ACLs) is not supported by DFS.
-const PREFIXES: [&str; 3] = ["user.", "trusted.", "security."];
 
 /// How setxattr treats an existing attribute.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,26 +25,10 @@ pub enum XattrSet {
     Replace,
 }
 
-fn check_name(name: &str) -> DfsResult<()> {
-    if name.is_empty() || name.len() > NAME_MAX {
-        return Err(err(Errno::RANGE, "attribute name must be 1 to 255 bytes"));
-    }
-    if !PREFIXES
-        .iter()
-        .any(|p| name.starts_with(p) && name.len() > p.len())
-    {
-        return Err(err(
-            Errno::OPNOTSUPP,
-            format!("attribute {name:?} is not in the user, trusted or security namespace"),
-        ));
-    }
-    Ok(())
-}
-
 /// Whether `name` may exist on `ino`: as Linux, `user.` attributes only on files and
 /// directories (others: EPERM to change, ENODATA to read).
 fn allowed(ino: &Inode, name: &str) -> bool {
-    !name.starts_with("user.") || ino.is_file() || ino.is_dir()
+    xattr_allowed_on(ino.mode & S_IFMT, name)
 }
 
 /// EPERM unless `name` may be set on or removed from `ino` (see [`allowed`]).
