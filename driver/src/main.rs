@@ -12,7 +12,7 @@ use dpufs_csi::keeper::{Keeper, placement};
 use dpufs_csi::launcher::{
     Attachment, KeeperFound, KeeperStart, VolumeState, WantedVolume, ensure_keeper, ensure_volume,
 };
-use dpufs_csi::worker::backend::{BackendSpec, FabricOptions, open_backend};
+use dpufs_csi::worker::backend::{BackendOptions, BackendSpec, open_backend};
 use dpufs_csi::worker::fs::{AccessMode, FsConfig};
 use dpufs_csi::worker::privilege::Limits;
 use dpufs_csi::worker::{Source, Worker, WorkerConfig};
@@ -472,10 +472,15 @@ struct KeeperArgs {
 #[derive(Args, Debug)]
 #[command(group = clap::ArgGroup::new("source").required(true).multiple(true).args(["mountpoint", "fuse_fd", "vhost_user_socket", "keeper"]))]
 struct WorkerArgs {
-    /// The DFS to serve: `local:<dir>` (a local directory) or `engine:<ip>:<port>` (the
-    /// container named by --capability, on the engine data service at that fabric address).
+    /// The DFS to serve: `local:<dir>` (a local directory), `engine:<ip>:<port>` (the
+    /// container named by --capability, on the engine data service at that fabric address)
+    /// or `daos:<pool>/<container>` (a POSIX container of a real DAOS system, through libdfs
+    /// from --daos-lib and the node's daos_agent at $DAOS_AGENT_DRPC_DIR).
     #[arg(long)]
     backend: BackendSpec,
+    /// With a daos: backend: the directory holding DAOS's client libraries (libdfs.so).
+    #[arg(long, env = "DPUFS_DAOS_LIB")]
+    daos_lib: Option<PathBuf>,
     /// With an engine: backend: the file holding the node agent's signed capability (hex).
     /// Re-read when it changes, so the agent can renew it.
     #[arg(long)]
@@ -625,11 +630,13 @@ fn worker(a: WorkerArgs) -> Result<()> {
         qos: a.qos,
     };
     let signals = block_stop_signals();
-    let fabric = FabricOptions {
+    let opts = BackendOptions {
         capability: a.capability,
         provider: a.fabric.provider(),
+        daos_lib: a.daos_lib,
+        read_only: a.access == AccessMode::ReadOnly,
     };
-    let backend = open_backend(&a.backend, &fabric)?;
+    let backend = open_backend(&a.backend, &opts)?;
     let w = Worker::start(cfg, backend)?;
     let stop = w.stopper();
     std::thread::Builder::new()

@@ -94,8 +94,13 @@ impl Prefix {
         (major, minor) >= (2, 8)
     }
 
+    /// DAOS's client libraries (libdaos, libdfs), for `--daos-lib`.
+    pub fn lib_dir(&self) -> PathBuf {
+        self.path.join("lib")
+    }
+
     /// A command for one of the prefix's programs, with its library path.
-    fn command(&self, program: &str) -> Command {
+    pub(crate) fn command(&self, program: &str) -> Command {
         let mut cmd = Command::new(self.bin(program));
         cmd.env("LD_LIBRARY_PATH", self.library_path());
         cmd
@@ -228,6 +233,11 @@ impl DaosSystem {
     /// Where the system is in its life.
     pub fn state(&self) -> State {
         self.state
+    }
+
+    /// Where the system's and its clients' logs go.
+    pub fn log_dir(&self) -> PathBuf {
+        self.layout().log
     }
 
     fn layout(&self) -> Layout {
@@ -680,7 +690,7 @@ fn exited(child: &mut Child) -> bool {
 }
 
 /// SIGTERM to the child's process group, SIGKILL after [`STOP_TIMEOUT`], then reaps it.
-fn terminate(child: &mut Child, name: &str) {
+pub(crate) fn terminate(child: &mut Child, name: &str) {
     let group = child.id() as i32;
     // SAFETY: plain kill(2) on the session leader's process group.
     unsafe { libc::kill(-group, libc::SIGTERM) };
@@ -711,9 +721,9 @@ fn kill_and_wait(pid: u32) {
     }
 }
 
-/// Unmounts the SCM tmpfs `daos_server` mounted (it stays after the server exits), lazily
-/// if something still holds it.
-fn unmount(scm: &Path) {
+/// Unmounts what is mounted at `scm` (the SCM tmpfs `daos_server` mounted stays after the
+/// server exits; a dfuse mount), lazily if something still holds it.
+pub(crate) fn unmount(scm: &Path) {
     let Ok(path) = std::ffi::CString::new(scm.as_os_str().as_encoded_bytes()) else {
         return;
     };
@@ -732,7 +742,7 @@ fn unmount(scm: &Path) {
     }
 }
 
-fn is_mount_point(path: &Path) -> bool {
+pub(crate) fn is_mount_point(path: &Path) -> bool {
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
     let path = path.to_string_lossy();
     mounts

@@ -4,6 +4,7 @@
 pub mod csi_bed;
 pub mod csi_sanity;
 pub mod daos_system;
+pub mod dfuse;
 pub mod guest;
 pub mod kube_api;
 pub mod manifests;

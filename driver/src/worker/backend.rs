@@ -1,6 +1,8 @@
-//! Which DFS a worker serves: `--backend local:<dir>` (a directory of this machine) or
+//! Which DFS a worker serves: `--backend local:<dir>` (a directory of this machine),
 //! `--backend engine:<host:port>` (a DFS container of an engine's data service, reached over
-//! the worker's own tenant session on the fabric with a capability the node agent signed).
+//! the worker's own tenant session on the fabric with a capability the node agent signed), or
+//! `--backend daos:<pool>/<container>` (a POSIX container of a real DAOS system, through
+//! DAOS's own libdfs and the node's `daos_agent`; docs/real-daos.md).
 
 use anyhow::{Context, Result, bail};
 use dpufs_daos::capability::{SignedCapability, unix_now};
@@ -20,6 +22,8 @@ pub enum BackendSpec {
     Local(PathBuf),
     /// `engine:<host:port>`: the data service of a `dpufs-engine` at this fabric address.
     Engine(SocketAddr),
+    /// `daos:<pool>/<container>` (labels or UUIDs): a container of a real DAOS system.
+    Daos { pool: String, container: String },
 }
 
 impl FromStr for BackendSpec {
@@ -39,7 +43,18 @@ impl FromStr for BackendSpec {
             "engine" => rest.parse().map(BackendSpec::Engine).with_context(|| {
                 format!("backend {s:?}: engine: needs the data service's <ip>:<port>")
             }),
-            other => bail!("backend {s:?}: unknown scheme {other:?} (known: local, engine)"),
+            "daos" => match rest.split_once('/') {
+                Some((pool, container))
+                    if !pool.is_empty() && !container.is_empty() && !container.contains('/') =>
+                {
+                    Ok(BackendSpec::Daos {
+                        pool: pool.to_string(),
+                        container: container.to_string(),
+                    })
+                }
+                _ => bail!("backend {s:?}: daos: needs <pool>/<container> (labels or UUIDs)"),
+            },
+            other => bail!("backend {s:?}: unknown scheme {other:?} (known: local, engine, daos)"),
         }
     }
 }
@@ -49,19 +64,24 @@ impl fmt::Display for BackendSpec {
         match self {
             BackendSpec::Local(dir) => write!(f, "local:{}", dir.display()),
             BackendSpec::Engine(addr) => write!(f, "engine:{addr}"),
+            BackendSpec::Daos { pool, container } => write!(f, "daos:{pool}/{container}"),
         }
     }
 }
 
-/// How an `engine:` backend reaches the fabric.
+/// What opening a backend needs besides its spec.
 #[derive(Clone, Debug)]
-pub struct FabricOptions {
-    /// File holding the signed capability (hex). Re-read when it changes: the node agent
-    /// renews short-lived capabilities by rewriting it, and the next reconnect presents
-    /// the new one.
+pub struct BackendOptions {
+    /// `engine:`: the file holding the signed capability (hex). Re-read when it changes: the
+    /// node agent renews short-lived capabilities by rewriting it, and the next reconnect
+    /// presents the new one.
     pub capability: Option<PathBuf>,
-    /// The provider whose device this worker opens (its own context, PD and QPs on it).
+    /// `engine:`: the provider whose device this worker opens (its own context, PD and QPs).
     pub provider: Provider,
+    /// `daos:`: the directory holding DAOS's client libraries (`libdfs.so` and the rest).
+    pub daos_lib: Option<PathBuf>,
+    /// `daos:`: mount the container read-only.
+    pub read_only: bool,
 }
 
 /// Releases what a backend holds for an object the kernel has forgotten.
@@ -87,7 +107,7 @@ impl fmt::Debug for Backend {
 }
 
 /// Opens the backend `spec` names.
-pub fn open_backend(spec: &BackendSpec, fabric: &FabricOptions) -> Result<Backend> {
+pub fn open_backend(spec: &BackendSpec, opts: &BackendOptions) -> Result<Backend> {
     match spec {
         BackendSpec::Local(dir) => {
             let dfs = Arc::new(
@@ -100,11 +120,36 @@ pub fn open_backend(spec: &BackendSpec, fabric: &FabricOptions) -> Result<Backen
                 forget: Some(Arc::new(move |oid| held.forget(oid))),
             })
         }
-        BackendSpec::Engine(addr) => open_engine(*addr, fabric),
+        BackendSpec::Engine(addr) => open_engine(*addr, opts),
+        BackendSpec::Daos { pool, container } => open_daos(pool, container, opts),
     }
 }
 
-fn open_engine(addr: SocketAddr, opts: &FabricOptions) -> Result<Backend> {
+#[cfg(feature = "daos-ffi")]
+fn open_daos(pool: &str, container: &str, opts: &BackendOptions) -> Result<Backend> {
+    use dpufs_daos::libdaos::{LibDaos, LibDfs};
+    let dir = opts
+        .daos_lib
+        .as_deref()
+        .context("a daos: backend needs --daos-lib <dir> (where libdfs.so is installed)")?;
+    let lib = LibDaos::load(dir)?;
+    let dfs = Arc::new(
+        LibDfs::mount(lib, pool, container, opts.read_only)
+            .with_context(|| format!("mount DAOS container {pool}/{container}"))?,
+    );
+    let held = dfs.clone();
+    Ok(Backend {
+        dfs,
+        forget: Some(Arc::new(move |oid| held.forget(oid))),
+    })
+}
+
+#[cfg(not(feature = "daos-ffi"))]
+fn open_daos(_pool: &str, _container: &str, _opts: &BackendOptions) -> Result<Backend> {
+    bail!("this build of dpufs has no DAOS client support (cargo feature `daos-ffi`)")
+}
+
+fn open_engine(addr: SocketAddr, opts: &BackendOptions) -> Result<Backend> {
     let path = opts
         .capability
         .as_deref()
@@ -210,6 +255,22 @@ mod tests {
         assert!("/srv/vol".parse::<BackendSpec>().is_err());
         assert!("engine2:x".parse::<BackendSpec>().is_err());
         assert!("engine:localhost".parse::<BackendSpec>().is_err());
+        let spec: BackendSpec = "daos:tank/vol".parse().unwrap();
+        assert_eq!(
+            spec,
+            BackendSpec::Daos {
+                pool: "tank".into(),
+                container: "vol".into()
+            }
+        );
+        assert_eq!(spec.to_string(), "daos:tank/vol");
+        for bad in ["daos:tank", "daos:/vol", "daos:tank/", "daos:a/b/c"] {
+            let err = bad.parse::<BackendSpec>().unwrap_err();
+            assert!(
+                format!("{err:#}").contains("<pool>/<container>"),
+                "{bad}: {err:#}"
+            );
+        }
     }
 
     fn write_cap(path: &Path, ttl: Duration) {
@@ -243,11 +304,30 @@ mod tests {
 
     #[test]
     fn engine_backend_needs_a_capability() {
-        let opts = FabricOptions {
+        let err = open_backend(&"engine:127.0.0.1:1".parse().unwrap(), &options()).unwrap_err();
+        assert!(format!("{err:#}").contains("--capability"), "{err:#}");
+    }
+
+    fn options() -> BackendOptions {
+        BackendOptions {
             capability: None,
             provider: Provider::Soft(DeviceOptions::new("unused")),
+            daos_lib: None,
+            read_only: false,
+        }
+    }
+
+    #[test]
+    fn daos_backend_names_what_it_misses() {
+        let spec: BackendSpec = "daos:tank/vol".parse().unwrap();
+        let err = open_backend(&spec, &options()).unwrap_err();
+        assert!(format!("{err:#}").contains("--daos-lib"), "{err:#}");
+        let empty = tempfile::tempdir().unwrap();
+        let opts = BackendOptions {
+            daos_lib: Some(empty.path().to_path_buf()),
+            ..options()
         };
-        let err = open_backend(&"engine:127.0.0.1:1".parse().unwrap(), &opts).unwrap_err();
-        assert!(format!("{err:#}").contains("--capability"), "{err:#}");
+        let err = open_backend(&spec, &opts).unwrap_err();
+        assert!(format!("{err:#}").contains("libdfs.so"), "{err:#}");
     }
 }

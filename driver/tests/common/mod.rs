@@ -10,6 +10,7 @@ use dpufs_csi::fuse as fusedev;
 use dpufs_csi::ipc::{fdpass, line};
 /// The waits and temporary directories of every real-process test (the CSI bed's).
 pub use dpufs_e2e::csi_bed::{DEADLINE, tempdir, wait_until};
+use dpufs_e2e::daos_system::{self, DaosSystem};
 use dpufs_e2e::volume::EngineVolume;
 use serde_json::{Value, json};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -154,6 +155,10 @@ pub fn keeper_request(socket: &Path, req: &Value) -> Result<(Value, Option<Owned
 /// What a worker serves: its `--backend` and related arguments.
 pub trait Backing {
     fn worker_args(&self) -> Vec<String>;
+    /// Environment the worker needs besides its arguments.
+    fn worker_env(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
 }
 
 /// A local directory (`--backend local:<dir>`).
@@ -185,6 +190,52 @@ impl EngineBacking {
 impl Backing for EngineBacking {
     fn worker_args(&self) -> Vec<String> {
         self.volume.worker_args(&self.capability_file)
+    }
+}
+
+/// A POSIX container `vol` in pool `tank` of a real one-node DAOS system, served through
+/// libdfs (`--backend daos:tank/vol`).
+pub struct DaosBacking {
+    pub daos: DaosSystem,
+}
+
+impl DaosBacking {
+    /// A DAOS `version` system with the pool and container, or `None` (said loudly, see
+    /// `daos_system::skip`) when this machine has no such DAOS.
+    pub fn start(test: &str, version: &str) -> Option<DaosBacking> {
+        let Some(prefix) = daos_system::prefix_of(version) else {
+            daos_system::skip(test, version);
+            return None;
+        };
+        let mut daos = DaosSystem::start(&prefix).expect("starting DAOS");
+        daos.start_agent().expect("starting daos_agent");
+        daos.dmg_json(&["pool", "create", "--size", "4GiB", "tank"])
+            .expect("dmg pool create");
+        daos.daos(&["cont", "create", "tank", "vol", "--type=POSIX"])
+            .expect("daos cont create");
+        Some(DaosBacking { daos })
+    }
+}
+
+impl Backing for DaosBacking {
+    fn worker_args(&self) -> Vec<String> {
+        vec![
+            "--backend".into(),
+            "daos:tank/vol".into(),
+            "--daos-lib".into(),
+            self.daos.prefix.lib_dir().display().to_string(),
+        ]
+    }
+
+    fn worker_env(&self) -> Vec<(String, String)> {
+        let log = self.daos.log_dir().join("worker-libdaos.log");
+        vec![
+            (
+                "DAOS_AGENT_DRPC_DIR".into(),
+                self.daos.agent_dir().display().to_string(),
+            ),
+            ("D_LOG_FILE".into(), log.display().to_string()),
+        ]
     }
 }
 
@@ -243,6 +294,7 @@ impl WorkerProc {
             .arg("--mountpoint")
             .arg(mountpoint)
             .args(&opts.args)
+            .envs(backing.worker_env())
             .stdin(Stdio::null())
             .env("RUST_LOG", "warn");
         if let Some(fd) = opts.fuse_fd {

@@ -13,9 +13,21 @@ use dpufs_e2e::daos_system::{self, DaosSystem};
 const LIBDFS_DIFFERENCES: &[(&str, &str, &str)] = &[
     ("allocate_extends_or_keeps_the_size", "extend", NO_FALLOCATE),
     ("allocate_extends_or_keeps_the_size", "inside", NO_FALLOCATE),
-    ("allocate_extends_or_keeps_the_size", "keep size past the end", NO_FALLOCATE),
-    ("allocate_extends_or_keeps_the_size", "keep size beyond the end", NO_FALLOCATE),
-    ("allocate_extends_or_keeps_the_size", "write into it", NO_FALLOCATE),
+    (
+        "allocate_extends_or_keeps_the_size",
+        "keep size past the end",
+        NO_FALLOCATE,
+    ),
+    (
+        "allocate_extends_or_keeps_the_size",
+        "keep size beyond the end",
+        NO_FALLOCATE,
+    ),
+    (
+        "allocate_extends_or_keeps_the_size",
+        "write into it",
+        NO_FALLOCATE,
+    ),
     ("setattr_mode_owner_times", "chmod d 1777", NO_STICKY),
     ("setattr_mode_owner_times", "chown", NO_STICKY),
     ("setattr_mode_owner_times", "chgrp only", NO_STICKY),
