@@ -7,6 +7,7 @@
 mod common;
 
 use common::{Backing, EngineBacking, WorkerProc, can_mount, errno_of, tempdir};
+use dpufs_e2e::dfuse::Dfuse;
 use std::ffi::OsStr;
 use std::fmt::Debug;
 use std::fs::{self, OpenOptions};
@@ -111,6 +112,116 @@ mod allow {
         ("errnos/sticky-other-user-unlink", "Ok", NO_STICKY),
         ("errnos/sticky-owner-unlink", "Err(ENOENT)", NO_STICKY),
     ];
+
+    /// Where DAOS's dfuse answers differently from a dpufs volume on the same container:
+    /// (label, what dfuse gives, why).
+    ///
+    /// In every entry dpufs gives what a local file system gives (or one of the
+    /// differences listed above); dfuse, with its default options, gives this.
+    pub const DFUSE: &[(&str, &str, &str)] = &[
+        (
+            "files/after-trunc",
+            "Ok(\"file mode=644 uid=0 gid=0 size=21 nlink=1\")",
+            "dfuse's attribute cache still has the size from before an O_TRUNC open",
+        ),
+        (
+            "files/name-256",
+            "Err(EINVAL)",
+            "dfuse passes DFS's EINVAL on, not ENAMETOOLONG",
+        ),
+        (
+            "rename/exchange",
+            "Err(EOPNOTSUPP)",
+            "dfuse says EOPNOTSUPP, Linux EINVAL",
+        ),
+        ("xattrs/create-existing", "Ok", XATTR_FLAGS),
+        ("xattrs/replace-missing", "Ok", XATTR_FLAGS),
+        (
+            "xattrs/list",
+            "Ok([\"user.a\", \"user.b\", \"user.big\", \"user.empty\"])",
+            XATTR_FLAGS,
+        ),
+        (
+            "xattrs/list-after-remove",
+            "Ok([\"user.b\", \"user.big\", \"user.empty\"])",
+            XATTR_FLAGS,
+        ),
+        (
+            "xattrs/remove-missing",
+            "Err(ENOENT)",
+            "dfuse passes DFS's ENOENT on, not ENODATA",
+        ),
+        (
+            "xattrs/bad-namespace",
+            "Ok",
+            "dfuse stores names outside Linux's namespaces",
+        ),
+        (
+            "set-id/sgid-no-x-after-user-write",
+            "Ok(\"file mode=2766 uid=0 gid=0 size=2 nlink=1\")",
+            SET_ID,
+        ),
+        (
+            "set-id/after-user-open-trunc",
+            "Ok(\"file mode=4777 uid=0 gid=0 size=0 nlink=1\")",
+            SET_ID,
+        ),
+        (
+            "sparse/punch-hole",
+            "Err(EOPNOTSUPP)",
+            "dfuse has no FALLOC_FL_PUNCH_HOLE",
+        ),
+        (
+            "sparse/after-punch",
+            "Some(false)",
+            "dfuse has no FALLOC_FL_PUNCH_HOLE",
+        ),
+        (
+            "errnos/mkfifo",
+            "Err(EINVAL)",
+            "dfuse passes DFS's EINVAL on",
+        ),
+        (
+            "errnos/non-utf8-name",
+            "Ok",
+            "dfuse takes any bytes; dpufs's Dfs API takes UTF-8",
+        ),
+        (
+            "errnos/read-after-unlink-open",
+            "Ok(\"\")",
+            "through dfuse an unlinked open file reads as empty (DFS punched it); dpufs \
+             says ESTALE rather than return wrong data",
+        ),
+        (
+            "errnos/sgid-file",
+            "Ok(\"file mode=644 uid=0 gid=0 size=0 nlink=1\")",
+            SGID_DIR,
+        ),
+        (
+            "errnos/sgid-dir",
+            "Ok(\"dir mode=757 uid=0 gid=0\")",
+            SGID_DIR,
+        ),
+    ];
+
+    /// dfuse 2.8 refuses locks by default (2.6 kept them node-local, as dpufs does).
+    pub const DFUSE_2_8: &[(&str, &str, &str)] = &[
+        ("errnos/flock-ex", "Err(EOPNOTSUPP)", NO_LOCKS),
+        ("errnos/flock-conflict", "Err(EOPNOTSUPP)", NO_LOCKS),
+        ("errnos/flock-unlock", "Err(EOPNOTSUPP)", NO_LOCKS),
+        ("errnos/flock-after-unlock", "Err(EOPNOTSUPP)", NO_LOCKS),
+        ("errnos/ofd-lock", "Err(EOPNOTSUPP)", NO_LOCKS),
+        ("errnos/ofd-lock-conflict", "Err(EOPNOTSUPP)", NO_LOCKS),
+    ];
+
+    const XATTR_FLAGS: &str = "dfuse does not honour XATTR_CREATE/XATTR_REPLACE (libdfs \
+         ignores them), so the attribute \"replaced\" while missing exists afterwards";
+    const SET_ID: &str = "dfuse does not clear set-ID bits when an unprivileged user writes \
+         or truncates";
+    const SGID_DIR: &str = "dfuse ignores a set-group-ID directory: new entries get the \
+         creator's group, and the directory loses the bit";
+    const NO_LOCKS: &str = "dfuse 2.8 refuses flock and fcntl locks unless started with \
+         --enable-local-flock; dpufs keeps them node-local";
 
     const NO_FALLOCATE: &str = "DFS cannot reserve space: fallocate(2) is EOPNOTSUPP (glibc's \
          posix_fallocate then writes), so the file is not extended for the later steps";
@@ -1138,6 +1249,96 @@ fn suite_on_daos(test: &str, version: &str) {
         return;
     };
     differential_suite_on(&backing, allow::LIBDFS);
+}
+
+/// DAOS's own FUSE client and a dpufs volume on the same container give the same answers
+/// to the suite (apart from `allow::DFUSE`), and each reads what the other wrote.
+#[test]
+fn dpufs_and_dfuse_agree_on_daos_2_8_0() {
+    let known: Vec<_> = allow::DFUSE
+        .iter()
+        .chain(allow::DFUSE_2_8)
+        .copied()
+        .collect();
+    agree_with_dfuse("dpufs_and_dfuse_agree_on_daos_2_8_0", "2.8.0", &known);
+}
+
+/// And on DAOS 2.6.5.
+#[test]
+fn dpufs_and_dfuse_agree_on_daos_2_6_5() {
+    agree_with_dfuse("dpufs_and_dfuse_agree_on_daos_2_6_5", "2.6.5", allow::DFUSE);
+}
+
+fn agree_with_dfuse(test: &str, version: &str, known: &[(&str, &str, &str)]) {
+    if !can_mount() {
+        return;
+    }
+    let Some(backing) = common::DaosBacking::start(test, version) else {
+        return;
+    };
+    // SAFETY: plain libc call; the same umask for both runs.
+    unsafe { libc::umask(0o022) };
+    let worker = WorkerProc::start(&backing, Default::default());
+    let mnt = tempdir("dpufs-dfuse-");
+    let dfuse = Dfuse::mount(&backing.daos, "tank", "vol", mnt.path()).expect("mounting dfuse");
+    let (ours, theirs) = (
+        worker.path("through-dpufs"),
+        mnt.path().join("through-dfuse"),
+    );
+    fs::create_dir(&ours).unwrap();
+    fs::create_dir(&theirs).unwrap();
+    let got = run_all(&ours);
+    let want = run_all(&theirs);
+    assert_eq!(
+        want.iter().map(|o| &o.0).collect::<Vec<_>>(),
+        got.iter().map(|o| &o.0).collect::<Vec<_>>(),
+        "both runs record the same observations"
+    );
+    let mut failures = Vec::new();
+    let mut used = std::collections::HashSet::new();
+    for ((label, dfuse), (_, dpufs)) in want.iter().zip(&got) {
+        match known.iter().find(|(l, _, _)| l == label) {
+            Some((_, expected, _)) => {
+                used.insert(label.clone());
+                if dfuse != expected {
+                    failures.push(format!(
+                        "{label}: dfuse gave {dfuse}, the list says {expected} (dpufs: {dpufs})"
+                    ));
+                }
+            }
+            None if dfuse != dpufs => {
+                failures.push(format!("{label}: dfuse {dfuse}, dpufs {dpufs}"))
+            }
+            None => {}
+        }
+    }
+    for (label, _, _) in allow::DFUSE {
+        assert!(
+            used.contains(*label),
+            "DFUSE entry {label} matches no observation"
+        );
+    }
+    assert!(failures.is_empty(), "differences:\n{}", failures.join("\n"));
+    eprintln!(
+        "{} observations agree between dpufs and dfuse on DAOS {version}",
+        got.len()
+    );
+
+    // Each client reads what the other wrote and closed (close-to-open).
+    let data: Vec<u8> = (0..(4u32 << 20) + 123)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    fs::write(theirs.join("from-dfuse"), &data).unwrap();
+    assert_eq!(
+        fs::read(worker.path("through-dfuse/from-dfuse")).unwrap(),
+        data
+    );
+    fs::write(ours.join("from-dpufs"), &data).unwrap();
+    assert_eq!(
+        fs::read(mnt.path().join("through-dpufs/from-dpufs")).unwrap(),
+        data
+    );
+    drop(dfuse);
 }
 
 fn differential_suite_on(backing: &(impl Backing + ?Sized), extra: &[(&str, &'static str, &str)]) {
