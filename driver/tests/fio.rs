@@ -173,3 +173,52 @@ fn engine_backed_workloads_verify() {
         (63 << 20) + (64 << 10)
     );
 }
+
+/// The same workloads through a worker serving a container of a real DAOS system through
+/// libdfs; then every file reads the same through DAOS's own dfuse.
+#[test]
+fn daos_backed_workloads_verify_on_daos_2_8_0() {
+    daos_backed_workloads_verify("daos_backed_workloads_verify_on_daos_2_8_0", "2.8.0");
+}
+
+/// And on DAOS 2.6.5.
+#[test]
+fn daos_backed_workloads_verify_on_daos_2_6_5() {
+    daos_backed_workloads_verify("daos_backed_workloads_verify_on_daos_2_6_5", "2.6.5");
+}
+
+fn daos_backed_workloads_verify(test: &str, version: &str) {
+    if !can_mount() || !fio_available() {
+        return;
+    }
+    let Some(backing) = common::DaosBacking::start(test, version) else {
+        return;
+    };
+    let w = WorkerProc::start(&backing, Default::default());
+    // DFS cannot reserve space (fallocate is EOPNOTSUPP): fio is told not to try.
+    for job in [SEQUENTIAL, RANDOM_DIRECT, CONCURRENT, SPARSE] {
+        let mut job = job.to_vec();
+        if !job.contains(&"--fallocate=none") {
+            job.push("--fallocate=none");
+        }
+        write_and_verify(&w.mountpoint, &job);
+    }
+    let stats = w.stats();
+    assert!(
+        stats["bytes_written"].as_u64().unwrap() >= 100 << 20,
+        "{stats}"
+    );
+    let mnt = tempdir("dpufs-dfuse-");
+    let dfuse = dpufs_e2e::dfuse::Dfuse::mount(&backing.daos, "tank", "vol", mnt.path())
+        .expect("mounting dfuse");
+    let mut names = 0;
+    for entry in std::fs::read_dir(&w.mountpoint).unwrap() {
+        let name = entry.unwrap().file_name();
+        let ours = std::fs::read(w.mountpoint.join(&name)).unwrap();
+        let theirs = std::fs::read(mnt.path().join(&name)).unwrap();
+        assert!(ours == theirs, "{name:?} reads differently through dfuse");
+        names += 1;
+    }
+    assert!(names >= 7, "{names} files");
+    drop(dfuse);
+}

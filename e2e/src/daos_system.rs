@@ -373,6 +373,39 @@ impl DaosSystem {
         self.state = State::Stopped;
     }
 
+    /// SIGKILLs the engine, as a crash would, and waits until it is gone; its SCM (the
+    /// tmpfs the server mounted) stays, as persistent memory would. Returns its pid.
+    pub fn kill_engine(&mut self) -> anyhow::Result<u32> {
+        let pid = *self.engine_pids().last().context("no engine has started")?;
+        kill_and_wait(pid);
+        Ok(pid)
+    }
+
+    /// Starts the ranks again after [`DaosSystem::kill_engine`] killed engine `killed`
+    /// (`dmg system start`, unless the server restarted it itself) and waits until a new
+    /// engine runs and rank 0 has joined.
+    pub fn restart_engine(&mut self, killed: u32) -> anyhow::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let query = self.dmg_json(&["system", "query"]);
+            let restarted = self.engine_pids().last() != Some(&killed);
+            if restarted && query.as_ref().is_ok_and(rank0_joined) {
+                return Ok(());
+            }
+            if !restarted {
+                // Refused while the server still sees the old engine: asked again.
+                let _ = self.dmg(&["system", "start"]);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "rank 0 did not rejoin within {START_TIMEOUT:?}; last query: {query:?}\n{}",
+                    self.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
     /// The pids of the engines this server ran: "... process N started on rank 0".
     fn engine_pids(&self) -> Vec<u32> {
         let text = std::fs::read_to_string(self.layout().server_stdout()).unwrap_or_default();
