@@ -24,7 +24,7 @@ fn record(i: u64) -> Vec<u8> {
 /// Writes records to `file` with an fsync after each until `stop` or an error, counting the
 /// records whose fsync returned in `acked`.
 fn write_until(file: &Path, stop: &AtomicBool, acked: &AtomicU64) {
-    let Ok(f) = OpenOptions::new().create(true).write(true).open(file) else {
+    let Ok(f) = OpenOptions::new().create_new(true).write(true).open(file) else {
         return;
     };
     let mut i = 0u64;
