@@ -12,7 +12,7 @@ use dpufs_csi::keeper::{Keeper, placement};
 use dpufs_csi::launcher::{
     Attachment, KeeperFound, KeeperStart, VolumeState, WantedVolume, ensure_keeper, ensure_volume,
 };
-use dpufs_csi::worker::backend::{BackendOptions, BackendSpec, open_backend};
+use dpufs_csi::worker::backend::{BackendOptions, BackendSpec, prepare_backend};
 use dpufs_csi::worker::fs::{AccessMode, FsConfig};
 use dpufs_csi::worker::privilege::Limits;
 use dpufs_csi::worker::{Source, Worker, WorkerConfig};
@@ -636,7 +636,7 @@ fn worker(a: WorkerArgs) -> Result<()> {
         daos_lib: a.daos_lib,
         read_only: a.access == AccessMode::ReadOnly,
     };
-    let backend = open_backend(&a.backend, &opts)?;
+    let backend = prepare_backend(&a.backend, &opts, a.uid.zip(a.gid))?;
     let w = Worker::start(cfg, backend)?;
     let stop = w.stopper();
     std::thread::Builder::new()

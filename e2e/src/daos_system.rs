@@ -94,6 +94,11 @@ impl Prefix {
         (major, minor) >= (2, 8)
     }
 
+    /// Whether this DAOS's agent takes a `client_user_map` (2.8 and later).
+    fn has_client_user_map(&self) -> bool {
+        self.has_mgmt_svc_replicas()
+    }
+
     /// DAOS's client libraries (libdaos, libdfs), for `--daos-lib`.
     pub fn lib_dir(&self) -> PathBuf {
         self.path.join("lib")
@@ -270,16 +275,35 @@ impl DaosSystem {
 
     /// Starts `daos_agent` (for clients of the data plane) and waits until it listens.
     pub fn start_agent(&mut self) -> anyhow::Result<()> {
+        self.start_agent_mapping(&[])
+    }
+
+    /// Starts `daos_agent` knowing `users`: uids unknown to this machine, each named (user
+    /// and group) as a tenant's worker uid would be. DAOS 2.8's agent takes them in its
+    /// `client_user_map`; DAOS 2.6's has none and asks the name service, so it gets them as
+    /// passwd and group entries that it alone sees over /etc's (a mount namespace of its own).
+    /// The agent's socket directory is made reachable for every uid.
+    pub fn start_agent_mapping(&mut self, users: &[(u32, &str)]) -> anyhow::Result<()> {
         let layout = self.layout();
-        let agent = spawn_logged(
-            self.prefix
-                .command("daos_agent")
-                .arg("-o")
-                .arg(&layout.agent_yml)
-                .arg("start"),
-            &layout.agent_stdout(),
-            Detach::NewSession,
-        )?;
+        let mut cmd = self.prefix.command("daos_agent");
+        cmd.arg("-o").arg(&layout.agent_yml).arg("start");
+        if !users.is_empty() {
+            if self.prefix.has_client_user_map() {
+                let mut yml = std::fs::read_to_string(&layout.agent_yml)?;
+                yml += "credential_config:\n  client_user_map:\n";
+                for (uid, name) in users {
+                    yml += &format!("    {uid}:\n      user: {name}\n      group: {name}\n");
+                }
+                std::fs::write(&layout.agent_yml, yml)?;
+            } else {
+                name_service_with(&mut cmd, self.dir.path(), users)?;
+            }
+            use std::os::unix::fs::PermissionsExt;
+            for dir in [self.dir.path(), layout.agent.as_path()] {
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+            }
+        }
+        let agent = spawn_logged(&mut cmd, &layout.agent_stdout(), Detach::NewSession)?;
         self.agent = Some(agent);
         let log = layout.agent_stdout();
         wait_for_line(&log, "listening on", START_TIMEOUT, || {
@@ -425,6 +449,64 @@ impl Drop for DaosSystem {
             self.stop();
         }
     }
+}
+
+/// Makes `cmd` run in a mount namespace of its own whose /etc/passwd and /etc/group are
+/// this machine's plus an entry (user and group) for each of `users`, written into `dir`.
+fn name_service_with(cmd: &mut Command, dir: &Path, users: &[(u32, &str)]) -> anyhow::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::process::CommandExt;
+    let mut files = Vec::new();
+    for (name, line) in [
+        (
+            "passwd",
+            "{name}:x:{uid}:{uid}::/nonexistent:/usr/sbin/nologin",
+        ),
+        ("group", "{name}:x:{uid}:"),
+    ] {
+        let mut text = std::fs::read_to_string(Path::new("/etc").join(name))?;
+        for (uid, user) in users {
+            text += &line
+                .replace("{name}", user)
+                .replace("{uid}", &uid.to_string());
+            text.push('\n');
+        }
+        let path = dir.join(name);
+        std::fs::write(&path, text)?;
+        let c = |p: &Path| CString::new(p.as_os_str().as_encoded_bytes());
+        files.push((c(&path)?, c(&Path::new("/etc").join(name))?));
+    }
+    // SAFETY: between fork and exec the child only makes syscalls (unshare, mount) on
+    // strings prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fail = || Err(std::io::Error::last_os_error());
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return fail();
+            }
+            let none = c"none".as_ptr();
+            let root = c"/".as_ptr();
+            let private = libc::MS_REC | libc::MS_PRIVATE;
+            if libc::mount(none, root, std::ptr::null(), private, std::ptr::null()) != 0 {
+                return fail();
+            }
+            for (from, to) in &files {
+                let bind = libc::MS_BIND;
+                if libc::mount(
+                    from.as_ptr(),
+                    to.as_ptr(),
+                    std::ptr::null(),
+                    bind,
+                    std::ptr::null(),
+                ) != 0
+                {
+                    return fail();
+                }
+            }
+            Ok(())
+        });
+    }
+    Ok(())
 }
 
 /// `out` if its command succeeded, else an error with both its streams.
@@ -756,7 +838,7 @@ fn kill_and_wait(pid: u32) {
 
 /// Unmounts what is mounted at `scm` (the SCM tmpfs `daos_server` mounted stays after the
 /// server exits; a dfuse mount), lazily if something still holds it.
-pub(crate) fn unmount(scm: &Path) {
+pub fn unmount(scm: &Path) {
     let Ok(path) = std::ffi::CString::new(scm.as_os_str().as_encoded_bytes()) else {
         return;
     };
@@ -775,7 +857,7 @@ pub(crate) fn unmount(scm: &Path) {
     }
 }
 
-pub(crate) fn is_mount_point(path: &Path) -> bool {
+pub fn is_mount_point(path: &Path) -> bool {
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
     let path = path.to_string_lossy();
     mounts

@@ -106,6 +106,51 @@ impl fmt::Debug for Backend {
     }
 }
 
+/// A backend about to be opened: at once, or after the worker's privilege drop.
+pub enum PendingBackend {
+    /// Opened already.
+    Ready(Backend),
+    /// Opened by the worker once it runs as its own uid (`--uid`): DAOS's agent identifies a
+    /// caller by the uid it connects with, so a tenant's worker connects to its pool as the
+    /// tenant. DAOS's libraries are loaded (and `daos_init` has run) before the drop.
+    AfterDrop(Box<dyn FnOnce() -> Result<Backend> + Send>),
+}
+
+impl fmt::Debug for PendingBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PendingBackend::Ready(b) => f.debug_tuple("Ready").field(b).finish(),
+            PendingBackend::AfterDrop(_) => f.write_str("AfterDrop"),
+        }
+    }
+}
+
+impl PendingBackend {
+    /// The opened backend.
+    pub fn open(self) -> Result<Backend> {
+        match self {
+            PendingBackend::Ready(b) => Ok(b),
+            PendingBackend::AfterDrop(open) => open(),
+        }
+    }
+}
+
+/// Opens the backend `spec` names; a `daos:` backend of a worker that drops to another uid
+/// (`run_as`) only loads DAOS's libraries now, and connects later ([`PendingBackend`]).
+pub fn prepare_backend(
+    spec: &BackendSpec,
+    opts: &BackendOptions,
+    run_as: Option<(u32, u32)>,
+) -> Result<PendingBackend> {
+    match spec {
+        BackendSpec::Daos { pool, container } if run_as.is_some() => {
+            let mount = daos_mounter(pool, container, opts)?;
+            Ok(PendingBackend::AfterDrop(Box::new(mount)))
+        }
+        _ => open_backend(spec, opts).map(PendingBackend::Ready),
+    }
+}
+
 /// Opens the backend `spec` names.
 pub fn open_backend(spec: &BackendSpec, opts: &BackendOptions) -> Result<Backend> {
     match spec {
@@ -121,31 +166,44 @@ pub fn open_backend(spec: &BackendSpec, opts: &BackendOptions) -> Result<Backend
             })
         }
         BackendSpec::Engine(addr) => open_engine(*addr, opts),
-        BackendSpec::Daos { pool, container } => open_daos(pool, container, opts),
+        BackendSpec::Daos { pool, container } => daos_mounter(pool, container, opts)?(),
     }
 }
 
+/// Loads DAOS's libraries now; the function returned mounts the container (connecting to
+/// the pool as whoever calls it).
 #[cfg(feature = "daos-ffi")]
-fn open_daos(pool: &str, container: &str, opts: &BackendOptions) -> Result<Backend> {
+fn daos_mounter(
+    pool: &str,
+    container: &str,
+    opts: &BackendOptions,
+) -> Result<impl FnOnce() -> Result<Backend> + Send + 'static> {
     use dpufs_daos::libdaos::{LibDaos, LibDfs};
     let dir = opts
         .daos_lib
         .as_deref()
         .context("a daos: backend needs --daos-lib <dir> (where libdfs.so is installed)")?;
     let lib = LibDaos::load(dir)?;
-    let dfs = Arc::new(
-        LibDfs::mount(lib, pool, container, opts.read_only)
-            .with_context(|| format!("mount DAOS container {pool}/{container}"))?,
-    );
-    let held = dfs.clone();
-    Ok(Backend {
-        dfs,
-        forget: Some(Arc::new(move |oid| held.forget(oid))),
+    let (pool, container, read_only) = (pool.to_string(), container.to_string(), opts.read_only);
+    Ok(move || {
+        let dfs = Arc::new(
+            LibDfs::mount(lib, &pool, &container, read_only)
+                .with_context(|| format!("mount DAOS container {pool}/{container}"))?,
+        );
+        let held = dfs.clone();
+        Ok(Backend {
+            dfs,
+            forget: Some(Arc::new(move |oid| held.forget(oid))),
+        })
     })
 }
 
 #[cfg(not(feature = "daos-ffi"))]
-fn open_daos(_pool: &str, _container: &str, _opts: &BackendOptions) -> Result<Backend> {
+fn daos_mounter(
+    _pool: &str,
+    _container: &str,
+    _opts: &BackendOptions,
+) -> Result<fn() -> Result<Backend>> {
     bail!("this build of dpufs has no DAOS client support (cargo feature `daos-ffi`)")
 }
 

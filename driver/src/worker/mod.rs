@@ -22,7 +22,7 @@ pub mod throttle;
 pub mod vhost_user;
 
 use anyhow::Result;
-use backend::{Backend, BackendSpec};
+use backend::{Backend, BackendSpec, PendingBackend};
 use control::Shared;
 use dpufs_node_api::transport::Transport;
 use fs::FsConfig;
@@ -110,7 +110,7 @@ enum Serving {
 impl Worker {
     /// Sets up and starts serving. When this returns, the mount is being served (or the
     /// vhost-user socket listened on) and the control socket answers.
-    pub fn start(cfg: WorkerConfig, backend: Backend) -> Result<Worker> {
+    pub fn start(cfg: WorkerConfig, backend: PendingBackend) -> Result<Worker> {
         setup::start(cfg, backend)
     }
 

@@ -8,7 +8,9 @@ use super::readers::FuseReaders;
 use super::stats::Stats;
 use super::throttle::Throttle;
 use super::vhost_user::{Frontends, VhostUserServer};
-use super::{Backend, Serving, Source, Worker, WorkerConfig, privilege, write_atomic};
+use super::{
+    Backend, PendingBackend, Serving, Source, Worker, WorkerConfig, privilege, write_atomic,
+};
 use crate::fuse::{self, ReadAhead};
 use crate::ipc;
 use anyhow::{Context as _, Result, bail};
@@ -26,13 +28,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(super) fn start(cfg: WorkerConfig, backend: Backend) -> Result<Worker> {
+pub(super) fn start(cfg: WorkerConfig, backend: PendingBackend) -> Result<Worker> {
     check(&cfg)?;
     prepare_state_dir(&cfg.state_dir)?;
     let endpoint = Endpoint::open(&cfg)?;
     let info = worker_info(&cfg, &endpoint);
     let listener = bind_control(&cfg.state_dir, &info)?;
     least_privilege(&cfg)?;
+    let backend = backend.open()?;
     serve(cfg, backend, endpoint, listener, info)
 }
 

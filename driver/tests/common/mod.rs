@@ -96,6 +96,26 @@ pub fn write_and_verify(dir: &Path, job: &[&str]) {
     assert!(read > 0, "the verify pass read the data back");
 }
 
+/// Gives the child `fd` as its descriptor 3, with `--fuse-fd 3`.
+pub fn pass_fuse_fd(cmd: &mut Command, fd: i32) {
+    cmd.arg("--fuse-fd").arg("3");
+    // SAFETY: dup2 is async-signal-safe; it runs in the child between fork and exec. The
+    // parent's descriptor is close-on-exec, so no other child inherits it.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = if fd == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, 3)
+            };
+            if r < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// The worker binary built for these tests.
 pub fn worker_bin() -> &'static str {
     env!("CARGO_BIN_EXE_dpufs-csi")
@@ -298,22 +318,7 @@ impl WorkerProc {
             .stdin(Stdio::null())
             .env("RUST_LOG", "warn");
         if let Some(fd) = opts.fuse_fd {
-            cmd.arg("--fuse-fd").arg("3");
-            // SAFETY: dup2 is async-signal-safe; it runs in the child between fork and exec.
-            // The parent's descriptor is close-on-exec, so no other child inherits it.
-            unsafe {
-                cmd.pre_exec(move || {
-                    let r = if fd == 3 {
-                        libc::fcntl(3, libc::F_SETFD, 0)
-                    } else {
-                        libc::dup2(fd, 3)
-                    };
-                    if r < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            pass_fuse_fd(&mut cmd, fd);
         }
         let child = cmd.spawn().expect("spawn dpufs-csi worker");
         let mut w = WorkerProc {
