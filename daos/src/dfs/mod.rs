@@ -236,6 +236,13 @@ pub trait Dfs: Send + Sync {
         )
     }
 
+    /// Whether the backend still holds `oid` (ESTALE if not: a forget released it, and the
+    /// name must be looked up again). A backend with a table of held objects answers from
+    /// it; the default asks for the attributes.
+    fn holds(&self, oid: Oid) -> DfsResult<()> {
+        self.getattr(oid).map(drop)
+    }
+
     /// [`Dfs::readdir`] with each entry's attributes where the backend has them at no
     /// extra cost (`DirEntry::attr`), so a listing needs no lookup per entry; a backend
     /// without that lists without them.

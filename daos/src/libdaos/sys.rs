@@ -196,6 +196,32 @@ pub const SNAP_OPT_CR: c_int = 1;
 
 type Event = *mut c_void;
 
+/// `daos_event_t`: an in-flight call's completion, in an event queue.
+#[repr(C)]
+pub struct DaosEvent {
+    pub ev_error: c_int,
+    pub ev_pad: u32,
+    pub ev_private: [u64; 20],
+    pub ev_debug: u64,
+}
+
+impl DaosEvent {
+    /// All zero, for `daos_event_init`.
+    pub fn zeroed() -> DaosEvent {
+        DaosEvent {
+            ev_error: 0,
+            ev_pad: 0,
+            ev_private: [0; 20],
+            ev_debug: 0,
+        }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<DaosEvent>() == 176);
+
+/// `DAOS_EQ_WAIT`: `daos_eq_poll` blocks until an event completes.
+pub const EQ_WAIT: i64 = -1;
+
 macro_rules! symbols {
     ($($name:ident: fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
         /// The functions dpufs calls, resolved from the opened libraries. The pointers stay
@@ -263,13 +289,18 @@ symbols! {
     dfs_umount: fn(*mut DfsMount) -> c_int;
     dfs_lookup: fn(*mut DfsMount, *const c_char, c_int, *mut *mut DfsObj, *mut u32, *mut libc::stat) -> c_int;
     dfs_lookup_rel: fn(*mut DfsMount, *mut DfsObj, *const c_char, c_int, *mut *mut DfsObj, *mut u32, *mut libc::stat) -> c_int;
-    dfs_open: fn(*mut DfsMount, *mut DfsObj, *const c_char, u32, c_int, u32, u64, *const c_char, *mut *mut DfsObj) -> c_int;
+    dfs_open_stat: fn(*mut DfsMount, *mut DfsObj, *const c_char, u32, c_int, u32, u64, *const c_char, *mut *mut DfsObj, *mut libc::stat) -> c_int;
     dfs_release: fn(*mut DfsObj) -> c_int;
     dfs_obj2id: fn(*mut DfsObj, *mut ObjId) -> c_int;
     dfs_ostat: fn(*mut DfsMount, *mut DfsObj, *mut libc::stat) -> c_int;
     dfs_osetattr: fn(*mut DfsMount, *mut DfsObj, *mut libc::stat, c_int) -> c_int;
-    dfs_read: fn(*mut DfsMount, *mut DfsObj, *mut SgList, u64, *mut u64, Event) -> c_int;
-    dfs_write: fn(*mut DfsMount, *mut DfsObj, *mut SgList, u64, Event) -> c_int;
+    dfs_read: fn(*mut DfsMount, *mut DfsObj, *mut SgList, u64, *mut u64, *mut DaosEvent) -> c_int;
+    dfs_write: fn(*mut DfsMount, *mut DfsObj, *mut SgList, u64, *mut DaosEvent) -> c_int;
+    daos_eq_create: fn(*mut Handle) -> c_int;
+    daos_eq_destroy: fn(Handle, c_int) -> c_int;
+    daos_eq_poll: fn(Handle, c_int, i64, u32, *mut *mut DaosEvent) -> c_int;
+    daos_event_init: fn(*mut DaosEvent, Handle, *mut DaosEvent) -> c_int;
+    daos_event_fini: fn(*mut DaosEvent) -> c_int;
     dfs_readdir: fn(*mut DfsMount, *mut DfsObj, *mut Anchor, *mut u32, *mut libc::dirent) -> c_int;
     dfs_remove: fn(*mut DfsMount, *mut DfsObj, *const c_char, bool, *mut ObjId) -> c_int;
     dfs_move: fn(*mut DfsMount, *mut DfsObj, *const c_char, *mut DfsObj, *const c_char, *mut ObjId) -> c_int;

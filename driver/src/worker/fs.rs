@@ -391,7 +391,7 @@ impl DfsFs {
         let held = shard.get(&oid).copied();
         match held {
             None => {
-                self.dfs.getattr(oid)?;
+                self.dfs.holds(oid)?;
             }
             Some(h) if h.kind != attr.kind() => tracing::error!(
                 "the backend reused object id {oid:#x} while the kernel holds it \

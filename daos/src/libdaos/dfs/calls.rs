@@ -1,7 +1,7 @@
 //! The [`Dfs`] calls over libdfs, each with the translation POSIX needs and the reason for
 //! every pointer's validity.
 
-use super::{LibDfs, Object, attr_of, check, name_c, stale_if_gone, sys, zeroed_stat};
+use super::{LibDfs, Object, attr_of, check, name_c, queue, stale_if_gone, sys, zeroed_stat};
 use crate::dfs::{
     Attr, Dfs, DfsError, DfsResult, DirPage, Errno, Oid, S_IFDIR, S_IFLNK, S_IFREG, SYMLINK_MAX,
     SetAttr, StatFs, TimeSet, XattrMode,
@@ -11,7 +11,9 @@ use std::ffi::{CString, c_char, c_int, c_void};
 
 impl LibDfs {
     /// Creates `name` in `parent` with type and permission bits `mode` (a symlink to
-    /// `target`), owned by `uid`:`gid`, and holds it.
+    /// `target`), owned by `uid`:`gid`, and holds it. `dfs_open_stat` (exported by libdfs
+    /// 2.6 and 2.8, though not in its public header; dfuse's call) sets the owner in the
+    /// same request.
     fn make(
         &self,
         parent: Oid,
@@ -24,10 +26,14 @@ impl LibDfs {
         let cname = name_c(name)?;
         let parent = self.object(parent)?;
         let mut obj: *mut sys::DfsObj = std::ptr::null_mut();
+        // Owner in, the new entry's stat out: one round trip, as dfuse creates.
+        let mut st = zeroed_stat();
+        st.st_uid = uid;
+        st.st_gid = gid;
         // SAFETY: the mount and `parent` are live; `cname` and `target` are NUL-terminated
-        // and outlive the call; `obj` is written.
+        // and outlive the call; `obj` and `st` are written (`st` read first for the owner).
         let errno = unsafe {
-            (self.lib.sym.dfs_open)(
+            (self.lib.sym.dfs_open_stat)(
                 self.mount,
                 parent.ptr,
                 cname.as_ptr(),
@@ -37,20 +43,11 @@ impl LibDfs {
                 0,
                 target.map_or(std::ptr::null(), |t| t.as_ptr()),
                 &mut obj,
+                &mut st,
             )
         };
         check(errno, format_args!("create {name:?}"))?;
-        let (oid, object) = self.hold(self.adopt(obj, mode, parent.oid)?)?;
-        // libdfs stamps its own process's ids; the caller's take one more call.
-        let st = if (uid, gid) == (self.euid, self.egid) {
-            self.ostat(&object)?
-        } else {
-            let mut st = zeroed_stat();
-            st.st_uid = uid;
-            st.st_gid = gid;
-            self.osetattr(&object, &mut st, sys::SET_ATTR_UID | sys::SET_ATTR_GID)?;
-            st
-        };
+        let (oid, _) = self.hold(self.adopt(obj, mode, parent.oid)?)?;
         Ok(attr_of(oid, &st))
     }
 
@@ -199,6 +196,10 @@ impl Dfs for LibDfs {
         Ok(attr_of(oid, &self.ostat(&object)?))
     }
 
+    fn holds(&self, oid: Oid) -> DfsResult<()> {
+        self.object(oid).map(drop)
+    }
+
     fn setattr(&self, oid: Oid, set: &SetAttr) -> DfsResult<Attr> {
         let object = self.object(oid)?;
         if set.size.is_some() {
@@ -292,18 +293,11 @@ impl Dfs for LibDfs {
         };
         let mut read = 0u64;
         // SAFETY: the mount and the object are live; the list's one buffer is `buf`, valid
-        // for its length until the blocking call returns; `read` is written.
-        let errno = unsafe {
-            (self.lib.sym.dfs_read)(
-                self.mount,
-                object.ptr,
-                &mut sgl,
-                offset,
-                &mut read,
-                std::ptr::null_mut(),
-            )
-        };
-        check(errno, "read")?;
+        // for its length, and `read` is written, both before `run` returns (it waits for the
+        // event's completion).
+        queue::run(self.lib, "read", |ev| unsafe {
+            (self.lib.sym.dfs_read)(self.mount, object.ptr, &mut sgl, offset, &mut read, ev)
+        })?;
         Ok((read as usize).min(buf.len()))
     }
 
@@ -319,17 +313,10 @@ impl Dfs for LibDfs {
             sg_iovs: &mut iov,
         };
         // SAFETY: the mount and the object are live; the list's one buffer is `data`, valid
-        // for its length until the blocking call returns.
-        let errno = unsafe {
-            (self.lib.sym.dfs_write)(
-                self.mount,
-                object.ptr,
-                &mut sgl,
-                offset,
-                std::ptr::null_mut(),
-            )
-        };
-        check(errno, "write")
+        // for its length until `run` returns (it waits for the event's completion).
+        queue::run(self.lib, "write", |ev| unsafe {
+            (self.lib.sym.dfs_write)(self.mount, object.ptr, &mut sgl, offset, ev)
+        })
     }
 
     fn allocate(&self, _oid: Oid, _offset: u64, _len: u64, _keep_size: bool) -> DfsResult<()> {

@@ -15,6 +15,7 @@
 
 mod calls;
 mod listing;
+mod queue;
 
 use super::{LibDaos, PoolHandle, sys};
 use crate::dfs::{Attr, DfsError, DfsResult, Errno, Oid, ROOT_OID, S_IFDIR, S_IFMT, Timespec};
@@ -36,9 +37,6 @@ pub struct LibDfs {
     /// Every object the kernel may name, by oid (the root included, never forgotten).
     objects: RwLock<HashMap<Oid, Arc<Object>>>,
     listings: listing::Listings,
-    /// This process's ids: what libdfs stamps on new objects unless told otherwise.
-    euid: u32,
-    egid: u32,
     container: Handle,
     /// Disconnected last (field drop, after `Drop::drop` unmounted and closed).
     pool: PoolHandle,
@@ -181,10 +179,6 @@ impl LibDfs {
             root_id: ObjId::default(),
             objects: RwLock::new(HashMap::new()),
             listings: listing::Listings::default(),
-            // SAFETY: plain getters.
-            euid: unsafe { libc::geteuid() },
-            // SAFETY: as above.
-            egid: unsafe { libc::getegid() },
             container: container_handle,
             pool,
         };
