@@ -8,6 +8,7 @@ use crate::dfs::{
 };
 use dpufs_proto::dfs::{check_xattr_name, without_set_id, xattr_allowed_on};
 use std::ffi::{CString, c_char, c_int, c_void};
+use std::sync::Arc;
 
 impl LibDfs {
     /// Creates `name` in `parent` with type and permission bits `mode` (a symlink to
@@ -120,6 +121,27 @@ impl LibDfs {
         }
     }
 
+    /// The object and C name of xattr `name` of `oid`, to change it (`write`) or read it:
+    /// refused as Linux refuses it (EROFS, ERANGE, EOPNOTSUPP; a `user.` attribute of
+    /// anything but a file or directory is EPERM to change and ENODATA to read).
+    fn xattr_of(&self, oid: Oid, name: &str, write: bool) -> DfsResult<(Arc<Object>, CString)> {
+        if write {
+            self.writable()?;
+        }
+        let object = self.object(oid)?;
+        check_xattr_name(name)?;
+        let cname =
+            CString::new(name).map_err(|_| DfsError::new(Errno::INVAL, "NUL in an xattr name"))?;
+        if !xattr_allowed_on(object.kind, name) {
+            let errno = if write { Errno::PERM } else { Errno::NODATA };
+            return Err(DfsError::new(
+                errno,
+                format!("{name:?}: user attributes only on files and directories"),
+            ));
+        }
+        Ok((object, cname))
+    }
+
     /// The size of xattr `name` of `object` (ENODATA if absent).
     fn xattr_size(&self, object: &Object, name: &CString) -> DfsResult<u64> {
         let mut size = 0u64;
@@ -136,12 +158,6 @@ impl LibDfs {
         check(errno, "getxattr")?;
         Ok(size)
     }
-}
-
-/// An xattr name Linux accepts, as C wants it.
-fn xattr_name(name: &str) -> DfsResult<CString> {
-    check_xattr_name(name)?;
-    CString::new(name).map_err(|_| DfsError::new(Errno::INVAL, "NUL in an xattr name"))
 }
 
 /// EISDIR for I/O on a directory, EINVAL on a symlink (libdfs says EINVAL or EIO for both).
@@ -432,15 +448,7 @@ impl Dfs for LibDfs {
     }
 
     fn setxattr(&self, oid: Oid, name: &str, value: &[u8], mode: XattrMode) -> DfsResult<()> {
-        self.writable()?;
-        let object = self.object(oid)?;
-        let cname = xattr_name(name)?;
-        if !xattr_allowed_on(object.kind, name) {
-            return Err(DfsError::new(
-                Errno::PERM,
-                "user attributes only on files and directories",
-            ));
-        }
+        let (object, cname) = self.xattr_of(oid, name, true)?;
         // libdfs does not honour XATTR_CREATE and XATTR_REPLACE (checked on DAOS 2.6.5 and
         // 2.8.0): checked here, racing only with another client's change of the same name.
         let exists = match self.xattr_size(&object, &cname) {
@@ -474,11 +482,7 @@ impl Dfs for LibDfs {
     }
 
     fn getxattr(&self, oid: Oid, name: &str) -> DfsResult<Vec<u8>> {
-        let object = self.object(oid)?;
-        let cname = xattr_name(name)?;
-        if !xattr_allowed_on(object.kind, name) {
-            return Err(DfsError::new(Errno::NODATA, format!("{name:?}")));
-        }
+        let (object, cname) = self.xattr_of(oid, name, false)?;
         loop {
             let mut size = self.xattr_size(&object, &cname)?;
             let mut value = vec![0u8; size as usize];
@@ -532,15 +536,7 @@ impl Dfs for LibDfs {
     }
 
     fn removexattr(&self, oid: Oid, name: &str) -> DfsResult<()> {
-        self.writable()?;
-        let object = self.object(oid)?;
-        let cname = xattr_name(name)?;
-        if !xattr_allowed_on(object.kind, name) {
-            return Err(DfsError::new(
-                Errno::PERM,
-                "user attributes only on files and directories",
-            ));
-        }
+        let (object, cname) = self.xattr_of(oid, name, true)?;
         // SAFETY: the mount and the object are live; `cname` is NUL-terminated.
         let errno =
             unsafe { (self.lib.sym.dfs_removexattr)(self.mount, object.ptr, cname.as_ptr()) };
