@@ -5,7 +5,8 @@
 //!
 //! This module is the one `unsafe` boundary: every call into C is here, with what makes it
 //! sound beside it. Handles close when their Rust values drop. Calls block (libdaos with a
-//! NULL event); async callers run them on blocking threads.
+//! NULL event; a volume's reads and writes wait on an event queue of their thread's own);
+//! async callers run them on blocking threads.
 //!
 //! What is here: the pool connection (`LibDaos::connect`); containers listed, created
 //! (POSIX, as `daos cont create --type POSIX`), queried and destroyed (`PoolHandle`); their

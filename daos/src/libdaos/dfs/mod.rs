@@ -79,7 +79,7 @@ unsafe impl Sync for Object {}
 
 impl Drop for Object {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from dfs_lookup_rel/dfs_open/dfs_lookup and is released once,
+        // SAFETY: `ptr` came from dfs_lookup_rel/dfs_open_stat/dfs_lookup and is released once,
         // here, after every user (each held an Arc) is done.
         let errno = unsafe { (self.lib.sym.dfs_release)(self.ptr) };
         if errno != 0 {
