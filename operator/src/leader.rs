@@ -68,12 +68,13 @@ impl LeaseLock {
         self.duration * 2 / 3
     }
 
-    /// Whether the Lease record `seen` has stayed unchanged for a lease duration on this
-    /// replica's clock; notes the time when it differs from the last one seen.
-    fn expired(&self, seen: String) -> bool {
+    /// Whether the Lease record `seen` has stayed unchanged for `held_for` (the duration its
+    /// holder declared) on this replica's clock; notes the time when it differs from the
+    /// last one seen.
+    fn expired(&self, seen: String, held_for: Duration) -> bool {
         let mut observed = self.observed.lock().expect("lock");
         match observed.as_ref() {
-            Some((last, at)) if *last == seen => at.elapsed() > self.duration,
+            Some((last, at)) if *last == seen => at.elapsed() > held_for,
             _ => {
                 *observed = Some((seen, Instant::now()));
                 false
@@ -121,7 +122,13 @@ impl LeaseLock {
             "{:?}/{:?}/{:?}",
             spec.holder_identity, spec.renew_time, spec.lease_transitions
         );
-        if !ours && spec.holder_identity.is_some() && !self.expired(seen) {
+        // The holder's own duration counts, as in client-go: replicas configured apart
+        // (during a rolling change of the setting) still wait as long as the leader renews.
+        let held_for = spec
+            .lease_duration_seconds
+            .filter(|s| *s > 0)
+            .map_or(self.duration, |s| Duration::from_secs(s as u64));
+        if !ours && spec.holder_identity.is_some() && !self.expired(seen, held_for) {
             return Ok(false);
         }
         let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!ours);

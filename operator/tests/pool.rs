@@ -658,6 +658,44 @@ async fn leader_election_over_a_lease(backend: Backend) {
     assert!(!a.try_acquire_or_renew().await.unwrap(), "b holds it now");
 }
 
+on_both!(a_standby_waits_the_lease_duration_its_holder_declared);
+async fn a_standby_waits_the_lease_duration_its_holder_declared(backend: Backend) {
+    use dpufs_operator::leader::LeaseLock;
+    let Some((_cluster, client)) = Cluster::start(backend, &test_name()).await else {
+        return;
+    };
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::default_namespaced(client);
+    let lock = |id: &str, secs: u64| {
+        LeaseLock::new(
+            leases.clone(),
+            "dpufs-operator",
+            id,
+            Duration::from_secs(secs),
+        )
+    };
+    // A holder of 3 s and a standby configured for 1 s: the standby waits the holder's 3 s.
+    let (a, b) = (lock("a", 3), lock("b", 1));
+    assert!(a.try_acquire_or_renew().await.unwrap());
+    assert!(!b.try_acquire_or_renew().await.unwrap(), "a holds it");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !b.try_acquire_or_renew().await.unwrap(),
+        "unchanged for b's 1 s but not for the 3 s a declared"
+    );
+    tokio::time::sleep(Duration::from_millis(1700)).await;
+    assert!(b.try_acquire_or_renew().await.unwrap(), "after a's 3 s");
+    // The other way round: a standby of 30 s takes over from a holder of 1 s after 1 s.
+    let c = lock("c", 30);
+    let b = lock("b", 1);
+    assert!(b.try_acquire_or_renew().await.unwrap(), "b renews with 1 s");
+    assert!(!c.try_acquire_or_renew().await.unwrap(), "b holds it");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(
+        c.try_acquire_or_renew().await.unwrap(),
+        "unchanged for the 1 s b declared"
+    );
+}
+
 /// A leader whose renewals hang (an API server that accepts connections and never
 /// answers) stops leading at the renew deadline, before its Lease could expire for the
 /// others.
