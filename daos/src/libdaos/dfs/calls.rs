@@ -451,19 +451,21 @@ impl Dfs for LibDfs {
         let (object, cname) = self.xattr_of(oid, name, true)?;
         // libdfs does not honour XATTR_CREATE and XATTR_REPLACE (checked on DAOS 2.6.5 and
         // 2.8.0): checked here, racing only with another client's change of the same name.
-        let exists = match self.xattr_size(&object, &cname) {
-            Ok(_) => true,
-            Err(e) if e.errno == Errno::NODATA => false,
-            Err(e) => return Err(e),
-        };
-        match (mode, exists) {
-            (XattrMode::Create, true) => {
-                return Err(DfsError::new(Errno::EXIST, format!("{name:?}")));
+        if mode != XattrMode::Any {
+            let exists = match self.xattr_size(&object, &cname) {
+                Ok(_) => true,
+                Err(e) if e.errno == Errno::NODATA => false,
+                Err(e) => return Err(e),
+            };
+            match (mode, exists) {
+                (XattrMode::Create, true) => {
+                    return Err(DfsError::new(Errno::EXIST, format!("{name:?}")));
+                }
+                (XattrMode::Replace, false) => {
+                    return Err(DfsError::new(Errno::NODATA, format!("{name:?}")));
+                }
+                _ => {}
             }
-            (XattrMode::Replace, false) => {
-                return Err(DfsError::new(Errno::NODATA, format!("{name:?}")));
-            }
-            _ => {}
         }
         let flags = 0;
         // SAFETY: the mount and the object are live; `cname` is NUL-terminated; `value` is
