@@ -101,15 +101,9 @@ fn tenants(test: &str, version: &str) {
     if !can_mount() {
         return;
     }
-    let Some(prefix) = daos_system::prefix_of(version) else {
-        daos_system::skip(test, version);
+    let Some(daos) = daos_system::with_pool(test, version, "1GiB", &[TENANT_A, TENANT_B]) else {
         return;
     };
-    let mut daos = DaosSystem::start(&prefix).expect("starting DAOS");
-    daos.start_agent_mapping(&[TENANT_A, TENANT_B])
-        .expect("starting daos_agent");
-    daos.dmg_json(&["pool", "create", "--size", "1GiB", "tank"])
-        .expect("dmg pool create");
     for (container, (_, tenant)) in [("vol-a", TENANT_A), ("vol-b", TENANT_B)] {
         let entry = format!("A::{tenant}@:r");
         daos.dmg(&["pool", "update-acl", "tank", "--entry", &entry])

@@ -166,6 +166,27 @@ pub fn skip(test: &str, version: &str) {
     crate::skip::skip("DPUFS_REQUIRE_DAOS", test, &why);
 }
 
+/// A running system of DAOS `version` with its agent (knowing `users`, see
+/// [`DaosSystem::start_agent_mapping`]) and a pool `tank` of `size` (`1GiB`), for `test`;
+/// `None` after [`skip`] when this machine has no such DAOS. Panics if any step fails.
+pub fn with_pool(
+    test: &str,
+    version: &str,
+    size: &str,
+    users: &[(u32, &str)],
+) -> Option<DaosSystem> {
+    let Some(prefix) = prefix_of(version) else {
+        skip(test, version);
+        return None;
+    };
+    let mut daos = DaosSystem::start(&prefix).expect("starting DAOS");
+    daos.start_agent_mapping(users)
+        .expect("starting daos_agent");
+    daos.dmg_json(&["pool", "create", "--size", size, "tank"])
+        .expect("dmg pool create");
+    Some(daos)
+}
+
 /// Where a system is in its life; drop undoes what the state says was done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {

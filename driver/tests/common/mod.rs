@@ -223,14 +223,7 @@ impl DaosBacking {
     /// A DAOS `version` system with the pool and container, or `None` (said loudly, see
     /// `daos_system::skip`) when this machine has no such DAOS.
     pub fn start(test: &str, version: &str) -> Option<DaosBacking> {
-        let Some(prefix) = daos_system::prefix_of(version) else {
-            daos_system::skip(test, version);
-            return None;
-        };
-        let mut daos = DaosSystem::start(&prefix).expect("starting DAOS");
-        daos.start_agent().expect("starting daos_agent");
-        daos.dmg_json(&["pool", "create", "--size", "4GiB", "tank"])
-            .expect("dmg pool create");
+        let daos = daos_system::with_pool(test, version, "4GiB", &[])?;
         daos.daos(&["cont", "create", "tank", "vol", "--type=POSIX"])
             .expect("daos cont create");
         Some(DaosBacking { daos })

@@ -43,18 +43,13 @@ fn tool_list(daos: &DaosSystem, pool: &str) -> Vec<(String, String)> {
 }
 
 pub fn containers_match_the_daos_tool(test: &str, version: &str) {
-    let Some(prefix) = daos_system::prefix_of(version) else {
-        daos_system::skip(test, version);
+    let Some(daos) = daos_system::with_pool(test, version, "1GiB", &[]) else {
         return;
     };
-    let mut daos = DaosSystem::start(&prefix).expect("starting DAOS");
-    daos.start_agent().expect("starting daos_agent");
-    daos.dmg_json(&["pool", "create", "--size", "1GiB", "tank"])
-        .expect("dmg pool create");
     // SAFETY: set before libdaos starts and before this test starts any thread; the
     // process runs this one test.
     unsafe { std::env::set_var("DAOS_AGENT_DRPC_DIR", daos.agent_dir()) };
-    let lib = LibDaos::load(&prefix.path.join("lib")).expect("loading libdaos");
+    let lib = LibDaos::load(&daos.prefix.lib_dir()).expect("loading libdaos");
     let pool = lib.connect("tank", true).expect("connecting to the pool");
 
     // Made through libdfs, seen by the tool; made by the tool, seen through libdaos.

@@ -5,7 +5,7 @@
 
 use dpufs_daos::dfs::{LocalDfs, conformance};
 use dpufs_daos::libdaos::{LibDaos, LibDfs};
-use dpufs_e2e::daos_system::{self, DaosSystem};
+use dpufs_e2e::daos_system;
 
 /// Where DFS through libdfs differs from a local directory, beyond the suite's own list
 /// (`conformance::ALLOWED_DIFFERENCES`): (case, step, why). The same list is in
@@ -45,20 +45,15 @@ const NO_FILE_COUNT: &str = "DFS counts no objects: statfs has the pool's bytes 
 const NO_ATIME: &str = "DFS stores no atime: it reports the later of mtime and ctime";
 
 pub fn libdfs_agrees_with_a_local_directory(test: &str, version: &str) {
-    let Some(prefix) = daos_system::prefix_of(version) else {
-        daos_system::skip(test, version);
+    let Some(daos) = daos_system::with_pool(test, version, "1GiB", &[]) else {
         return;
     };
-    let mut daos = DaosSystem::start(&prefix).expect("starting DAOS");
-    daos.start_agent().expect("starting daos_agent");
-    daos.dmg_json(&["pool", "create", "--size", "1GiB", "tank"])
-        .expect("dmg pool create");
     daos.daos(&["cont", "create", "tank", "vol", "--type=POSIX"])
         .expect("daos cont create");
     // SAFETY: set before libdaos starts and before this test starts any thread; the
     // process runs this one test.
     unsafe { std::env::set_var("DAOS_AGENT_DRPC_DIR", daos.agent_dir()) };
-    let lib = LibDaos::load(&prefix.path.join("lib")).expect("loading libdaos");
+    let lib = LibDaos::load(&daos.prefix.lib_dir()).expect("loading libdaos");
     let subject = LibDfs::mount(lib, "tank", "vol", false).expect("mounting the container");
     let local = tempfile::tempdir().unwrap();
     let reference = LocalDfs::open(local.path()).unwrap();
