@@ -114,6 +114,13 @@ struct StagingArgs {
     /// `max_volumes_per_node`: volumes (workers) this node stages at most.
     #[arg(long, default_value_t = 64)]
     max_volumes: i64,
+    /// The uids this node gives tenants, FIRST-LAST, one per tenant: the workers of volumes
+    /// of DAOS systems with `backend: daos` run as their tenant's uid, which the node's
+    /// daos_agent must map to the tenant's DAOS user (the mapping is recorded in
+    /// <state-dir>/csi/tenant-uids.json, with agent-user-map.yaml beside it;
+    /// docs/real-daos.md). Not needed for the embedded engine's volumes.
+    #[arg(long, value_name = "FIRST-LAST")]
+    tenant_uids: Option<dpufs_csi::csi::node::uids::UidRange>,
     /// The workers' fabric.
     #[command(flatten)]
     fabric: FabricArgs,
@@ -173,14 +180,16 @@ impl StagingArgs {
         let found =
             tokio::task::spawn_blocking(move || ensure_keeper(&state_dir, &binary, how)).await??;
         tracing::info!(?found, state_dir = %self.state_dir.display(), "mount keeper");
+        let records = Stager::records_dir_in(&self.state_dir);
+        let uids = dpufs_csi::csi::node::uids::TenantUids::open(&records, self.tenant_uids)?;
         let stager = Stager::new(
             self.state_dir.clone(),
             directory.clone(),
             agent.clone(),
             self.max_volumes,
             self.fabric.to_args(),
+            std::sync::Arc::new(uids),
         );
-        let records = stager.records_dir();
         let tasks = vec![
             tokio::spawn(agent.renew_forever(records.clone())),
             tokio::spawn(dpufs_csi::csi::qos::refresh_forever(
@@ -210,13 +219,9 @@ async fn node_host(a: NodeArgs) -> Result<()> {
     let directory = staging.stager.directory().clone();
     let config = dpufs_csi::csi::NodeConfig {
         node_id: a.node_id.clone(),
-        state_dir: a.staging.state_dir.clone(),
-        max_volumes: a.staging.max_volumes,
         mount_root: a.mount_root.clone(),
-        worker_args: a.staging.fabric.to_args(),
-        agent: staging.stager.agent().clone(),
     };
-    let service = dpufs_csi::csi::NodeService::new(config, directory.clone());
+    let service = dpufs_csi::csi::NodeService::new(config, staging.stager.clone());
     dpufs_csi::csi::server::serve_node_until(
         &a.endpoint,
         service,

@@ -10,7 +10,7 @@
 
 use dpufs_api::{DaosPool, DaosSystem, DaosTenant};
 use dpufs_csi::csi::directory::{
-    Directory, DirectoryError, KubeDirectory, KubeDirectoryConfig, PoolRef,
+    Directory, DirectoryError, KubeDirectory, KubeDirectoryConfig, PoolRef, VolumeAccess,
 };
 use dpufs_daos::{
     ClientConfig, ContainerAdmin, EngineContainers, MgmtClient, PoolSize, PoolSpec, TlsFiles,
@@ -784,7 +784,12 @@ async fn the_directory_follows_the_crds(backend: Backend) {
     assert_eq!(dir.default_system().await.unwrap(), "daos");
     let sys = dir.system("daos").await.unwrap();
     assert_eq!(sys.name, "daos");
-    assert_eq!(sys.data_endpoint, Some("127.0.0.1:7000".parse().unwrap()));
+    assert_eq!(
+        sys.volumes,
+        VolumeAccess::Engine {
+            data_endpoint: Some("127.0.0.1:7000".parse().unwrap())
+        }
+    );
     assert_eq!(
         dir.system("other").await.unwrap_err(),
         DirectoryError::UnknownSystem("other".into())
@@ -831,7 +836,10 @@ async fn the_directory_follows_the_crds(backend: Backend) {
         .await;
     eventually("the new data endpoint", async || {
         let sys = dir.system("daos").await.ok()?;
-        (sys.data_endpoint == Some("127.0.0.1:7001".parse().unwrap())).then_some(())
+        let moved = VolumeAccess::Engine {
+            data_endpoint: Some("127.0.0.1:7001".parse().unwrap()),
+        };
+        (sys.volumes == moved).then_some(())
     })
     .await;
     Api::<DaosTenant>::all(cluster.admin.clone())

@@ -299,7 +299,8 @@ async fn kill9_of_the_node_plugin_under_fio_disturbs_nothing() {
     dpufs_e2e::kill9(node.id());
     node.wait().expect("reaped");
     let node_sock = bed.path("node.sock");
-    bed.plugins.push(bed.node_plugin(&node_sock));
+    let node = bed.node_plugin(&node_sock);
+    bed.plugins.push(node);
     let channel = connect(&node_sock).await;
     bed.node = NodeClient::new(channel);
     fio.await.expect("fio with verify through the pod's target");

@@ -62,11 +62,33 @@ impl BedOptions {
     }
 }
 
-/// An engine volume (its pool is the directory's pool `fast`), the keeper, and the
-/// controller and node plugins as processes, with clients on their sockets.
+/// An engine volume (its pool is the directory's pool `fast`) and the CSI plugins serving
+/// it ([`CsiPlugins`], which the bed dereferences to).
 #[derive(Debug)]
 pub struct Bed {
+    /// Declared first, so dropped first: the plugins and their mounts go before the engine.
+    pub csi: CsiPlugins,
     pub vol: EngineVolume,
+}
+
+impl std::ops::Deref for Bed {
+    type Target = CsiPlugins;
+    fn deref(&self) -> &CsiPlugins {
+        &self.csi
+    }
+}
+
+impl std::ops::DerefMut for Bed {
+    fn deref_mut(&mut self) -> &mut CsiPlugins {
+        &mut self.csi
+    }
+}
+
+/// The keeper, and the controller and node plugins as processes with clients on their
+/// sockets, over any DAOS system a static directory describes (its pool `fast`, tenants
+/// `team-a` of namespace `ns-a`, the default, and `team-b` of `ns-b`).
+#[derive(Debug)]
+pub struct CsiPlugins {
     /// Everything of the bed; also the node plugin's `--mount-root`.
     pub dir: tempfile::TempDir,
     /// The keeper's and the node plugin's state directory.
@@ -80,9 +102,14 @@ pub struct Bed {
     /// Identity of the node plugin.
     pub ident: IdentityClient<Channel>,
     pub opts: BedOptions,
+    /// What the node plugin is told about the system besides the directory (the engine's
+    /// fabric and the agent key; DAOS's libraries and the tenant uids).
+    system_node_args: Vec<PathBuf>,
+    /// The environment of every process (a DAOS agent's socket directory).
+    env: Vec<(String, String)>,
 }
 
-impl Drop for Bed {
+impl Drop for CsiPlugins {
     fn drop(&mut self) {
         for p in self.plugins.iter_mut().chain(self.keeper.as_mut()) {
             let _ = p.kill();
@@ -110,9 +137,56 @@ impl Bed {
             .await
             .expect("engine volume");
         let dir = tempdir("dpufs-csi-node-");
+        let system = serde_json::json!({
+            "endpoints": [vol.engine.addr],
+            "dataEndpoint": vol.fabric_addr(),
+        });
+        // Private, as the plugin requires of a signing key.
+        let key = dir.path().join("agent.key");
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&key)
+                .and_then(|mut f| f.write_all(&vol.agent.to_pem().expect("PEM")))
+                .expect("write the agent key");
+        }
+        let node_args = vec![
+            "--agent-key".into(),
+            key,
+            "--fabric-dir".into(),
+            vol.fabric_dir.clone(),
+        ];
+        let csi = CsiPlugins::start(opts, dir, system, &vol.pool, node_args, Vec::new()).await;
+        Bed { csi, vol }
+    }
+
+    /// The uuids of the containers in the bed's pool.
+    pub async fn containers(&self) -> Vec<String> {
+        let admin = EngineContainers::new(&self.vol.engine.client());
+        let list = admin.list(&self.vol.pool).await.expect("list containers");
+        list.into_iter().map(|c| c.uuid).collect()
+    }
+}
+
+impl CsiPlugins {
+    /// The plugins of `opts` in `dir`, with a static directory of `system` (its `system`
+    /// entry) whose pool `fast` is `pool`; `node_args` tell the node plugin the rest of
+    /// what it needs for that system, `env` is every process's environment.
+    pub async fn start(
+        opts: BedOptions,
+        dir: tempfile::TempDir,
+        system: serde_json::Value,
+        pool: impl std::fmt::Display,
+        node_args: Vec<PathBuf>,
+        env: Vec<(String, String)>,
+    ) -> CsiPlugins {
         let config = serde_json::json!({
-            "system": {"endpoints": [vol.engine.addr], "dataEndpoint": vol.fabric_addr()},
-            "pools": {"fast": vol.pool},
+            "system": system,
+            "pools": {"fast": pool.to_string()},
             "tenants": [
                 {"name": "team-a", "principal": "team-a@", "namespaces": ["ns-a"], "allowedPools": ["fast"]},
                 {"name": "team-b", "principal": "team-b@", "namespaces": ["ns-b"], "allowedPools": ["fast"]}
@@ -123,20 +197,7 @@ impl Bed {
             .expect("write the directory");
         let state = dir.path().join("state");
         std::fs::create_dir_all(&state).expect("state dir");
-        // Private, as the plugin requires of a signing key.
-        {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(dir.path().join("agent.key"))
-                .and_then(|mut f| f.write_all(&vol.agent.to_pem().expect("PEM")))
-                .expect("write the agent key");
-        }
-        let mut bed = Bed {
-            vol,
+        let mut bed = CsiPlugins {
             state,
             keeper: None,
             plugins: Vec::new(),
@@ -145,6 +206,8 @@ impl Bed {
             ident: IdentityClient::new(lazy_channel()),
             dir,
             opts,
+            system_node_args: node_args,
+            env,
         };
         let controller = bed.spawn(
             "controller",
@@ -201,17 +264,15 @@ impl Bed {
             self.path("directory.json"),
             "--state-dir".into(),
             self.state.clone(),
-            "--agent-key".into(),
-            self.path("agent.key"),
-            "--fabric-dir".into(),
-            self.vol.fabric_dir.clone(),
         ]);
+        args.extend(self.system_node_args.iter().cloned());
         self.spawn("node", &args)
     }
 
     fn spawn(&self, name: &str, args: &[PathBuf]) -> Child {
         let mut cmd = Command::new(&self.opts.binary);
         cmd.args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", &self.opts.rust_log)
             .stdin(Stdio::null());
         if self.opts.log_to_files {
@@ -375,13 +436,6 @@ impl Bed {
     pub async fn unmount(&self, id: &str, (staging, target): (PathBuf, PathBuf)) {
         self.unpublish(id, &target).await.expect("unpublish");
         self.unstage(id, &staging).await.expect("unstage");
-    }
-
-    /// The uuids of the containers in the bed's pool.
-    pub async fn containers(&self) -> Vec<String> {
-        let admin = EngineContainers::new(&self.vol.engine.client());
-        let list = admin.list(&self.vol.pool).await.expect("list containers");
-        list.into_iter().map(|c| c.uuid).collect()
     }
 
     /// The keeper's volumes: (name, worker pid).

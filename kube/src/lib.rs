@@ -19,6 +19,7 @@ pub mod testing;
 
 pub use system_client::{
     SystemClient, SystemClientCache, SystemClientError, check_servers, check_version,
+    libdaos_containers,
 };
 pub use tenancy::{
     NamespaceView, SelectorError, matched_namespaces, principal_problem, selector_matches,

@@ -144,6 +144,11 @@ impl SystemClientCache {
         self
     }
 
+    /// Where DAOS's client libraries are ([`SystemClientCache::with_daos_lib`]).
+    pub fn daos_lib(&self) -> Option<&Path> {
+        self.daos_lib.as_deref()
+    }
+
     /// How long one DAOS call may take, retries included (default 30 s).
     pub fn with_request_timeout(mut self, timeout: Duration) -> SystemClientCache {
         self.request_timeout = timeout;
@@ -264,9 +269,10 @@ impl SystemClientCache {
     }
 }
 
-/// Containers through DAOS's client libraries in `dir`.
+/// Containers through DAOS's client libraries in `dir` (also the CSI driver's static
+/// directory's, for a system with `backend: daos`).
 #[cfg(feature = "daos-ffi")]
-fn libdaos_containers(dir: Option<&Path>) -> Result<Arc<dyn ContainerAdmin>, String> {
+pub fn libdaos_containers(dir: Option<&Path>) -> Result<Arc<dyn ContainerAdmin>, String> {
     let dir = dir.ok_or(
         "backend: daos needs DAOS's client libraries: start this process with --daos-lib DIR (the directory of libdfs.so)",
     )?;
@@ -276,7 +282,7 @@ fn libdaos_containers(dir: Option<&Path>) -> Result<Arc<dyn ContainerAdmin>, Str
 
 /// Without the feature, `backend: daos` is refused with what is missing.
 #[cfg(not(feature = "daos-ffi"))]
-fn libdaos_containers(_dir: Option<&Path>) -> Result<Arc<dyn ContainerAdmin>, String> {
+pub fn libdaos_containers(_dir: Option<&Path>) -> Result<Arc<dyn ContainerAdmin>, String> {
     Err("backend: daos needs DAOS's client libraries, and this build of dpufs has no support for them (cargo feature daos-ffi)".into())
 }
 

@@ -8,6 +8,7 @@
 use crate::csi::directory::DirectoryError;
 use crate::csi::label::NameError;
 use crate::csi::locks::Busy;
+use crate::csi::node::uids::UidError;
 use crate::csi::params::ParamError;
 use crate::csi::volume_id::VolumeIdError;
 use dpufs_daos::DaosError;
@@ -323,6 +324,8 @@ pub enum StageError {
     #[error("DAOS system {0:?} has no data endpoint configured: nodes cannot reach its volumes")]
     NoDataEndpoint(String),
     #[error("{0}")]
+    TenantUid(#[from] UidError),
+    #[error("{0}")]
     Directory(#[from] DirectoryError),
     #[error("{0}")]
     Busy(#[from] Busy),
@@ -565,6 +568,7 @@ pub(crate) fn stage_code(e: &StageError) -> Code {
         }
         S::OtherAccess { .. } => Code::AlreadyExists,
         S::TooManyVolumes { .. } => Code::ResourceExhausted,
+        S::TenantUid(e) => uid_code(e),
         S::Directory(d) => directory_code(d),
         S::Busy(_) => Code::Aborted,
         S::Daos {
@@ -573,6 +577,16 @@ pub(crate) fn stage_code(e: &StageError) -> Code {
         } => Code::NotFound,
         S::Daos { source, .. } => daos_code(source),
         S::Node { .. } => Code::Internal,
+    }
+}
+
+/// A node with no tenant uid range, or a tenant whose principal names no user, cannot serve
+/// DAOS volumes until it is configured; a full range is exhausted; a damaged record is ours.
+fn uid_code(e: &UidError) -> Code {
+    match e {
+        UidError::NoRange | UidError::NotAUser(_) => Code::FailedPrecondition,
+        UidError::Exhausted { .. } => Code::ResourceExhausted,
+        UidError::Record { .. } => Code::Internal,
     }
 }
 

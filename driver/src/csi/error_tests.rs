@@ -1,4 +1,5 @@
 use super::*;
+use crate::csi::node::uids::UidError;
 use dpufs_proto::daos::der::Der;
 use std::time::Duration;
 
@@ -625,6 +626,34 @@ fn node_table() -> Vec<(CsiError, Code, &'static str)> {
             S::NoDataEndpoint("s".into()).into(),
             Code::FailedPrecondition,
             "data endpoint",
+        ),
+        (
+            S::TenantUid(UidError::NoRange).into(),
+            Code::FailedPrecondition,
+            "--tenant-uids",
+        ),
+        (
+            S::TenantUid(UidError::NotAUser("@".into())).into(),
+            Code::FailedPrecondition,
+            "names no DAOS user",
+        ),
+        (
+            S::TenantUid(UidError::Exhausted {
+                range: "20000-20001".parse().unwrap(),
+                taken: 2,
+            })
+            .into(),
+            Code::ResourceExhausted,
+            "widen",
+        ),
+        (
+            S::TenantUid(UidError::Record {
+                path: "/s/tenant-uids.json".into(),
+                detail: "invalid".into(),
+            })
+            .into(),
+            Code::Internal,
+            "tenant-uids.json",
         ),
         (
             S::Daos {

@@ -119,6 +119,14 @@ impl Shared {
     }
 
     /// Answers one request line.
+    /// The answer of a worker that has stopped serving (its state is gone): every request
+    /// is refused.
+    pub fn stopped_answer(_text: &str) -> line::Reply {
+        Reply::Refused("the worker has stopped".into())
+            .encode()
+            .into()
+    }
+
     pub fn answer(self: &Arc<Self>, text: &str) -> line::Reply {
         match Request::decode(text) {
             Ok(Request::Health) => Reply::Health(self.health()).encode().into(),

@@ -119,10 +119,17 @@ impl Worker {
         self.shared.request_stop();
     }
 
-    /// A handle that can ask the worker to stop from another thread.
+    /// A handle that can ask the worker to stop from another thread. It does not keep the
+    /// worker's state alive: once [`Worker::wait`] returns, the backend is closed (a DAOS
+    /// container is closed and its pool disconnected, as DAOS expects of a client that
+    /// ends), and the handle does nothing.
     pub fn stopper(&self) -> impl Fn() + Send + Sync + 'static {
-        let shared = self.shared.clone();
-        move || shared.request_stop()
+        let shared = Arc::downgrade(&self.shared);
+        move || {
+            if let Some(shared) = shared.upgrade() {
+                shared.request_stop()
+            }
+        }
     }
 
     /// The worker's counters.

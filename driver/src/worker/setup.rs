@@ -374,10 +374,17 @@ fn serve(
         }
     };
     {
-        let shared = shared.clone();
+        // Weak, as the stopper: the control thread never ends, and must not keep the
+        // backend open after the worker has stopped.
+        let shared = Arc::downgrade(&shared);
         std::thread::Builder::new()
             .name("control".into())
-            .spawn(move || ipc::line::serve(listener, |line| shared.answer(line)))?;
+            .spawn(move || {
+                ipc::line::serve(listener, |line| match shared.upgrade() {
+                    Some(shared) => shared.answer(line),
+                    None => Shared::stopped_answer(line),
+                })
+            })?;
     }
     tracing::info!(
         "serving {} on {serves} with {} threads",

@@ -2,20 +2,22 @@
 //! the caches' contents in, an answer out, so every rule is unit-tested here).
 //!
 //! - DaosSystem: its object name is the system's name in volume ids, topology and
-//!   DaosPool `systemRef`; `spec.dataEndpoint` is where nodes mount volumes.
+//!   DaosPool `systemRef`; `spec.backend` says how nodes serve its volumes: at
+//!   `spec.dataEndpoint` (the engine) or through DAOS's libdfs.
 //! - DaosPool: its name and `status.uuid` (written by the operator); a pool without a
 //!   UUID yet is not known.
 //! - DaosTenant: the tenant of a namespace is the one tenant that claims it
 //!   ([`dpufs_kube::tenant_claims`], the operator's rules); with its `principal` and
 //!   `allowedPools`.
 
-use super::{DirectoryError, PoolRef, Tenant};
+use super::{DirectoryError, PoolRef, Tenant, VolumeAccess};
 use crate::csi::volume_id::valid_system_name;
-use dpufs_api::{DaosPool, DaosSystem, DaosTenant};
+use dpufs_api::{DaosBackend, DaosPool, DaosSystem, DaosTenant};
 use dpufs_kube::{NamespaceView, principal_problem, tenant_claims};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 
 /// The system of requests that name none: the only DaosSystem there is.
@@ -64,6 +66,30 @@ pub fn data_endpoint(sys: &DaosSystem) -> Option<SocketAddr> {
             tracing::warn!(system = %sys.name_any(), data_endpoint = text, "ignoring a data endpoint that is not ip:port: {e}");
             None
         }
+    }
+}
+
+/// How nodes serve the DaosSystem's volumes: its `backend`, with the engine's data endpoint
+/// or DAOS's client libraries in `daos_lib` (the plugin's `--daos-lib`).
+pub fn volume_access(
+    sys: &DaosSystem,
+    daos_lib: Option<&Path>,
+) -> Result<VolumeAccess, DirectoryError> {
+    match sys.spec.backend {
+        DaosBackend::Engine => Ok(VolumeAccess::Engine {
+            data_endpoint: data_endpoint(sys),
+        }),
+        DaosBackend::Daos => daos_lib
+            .map(|lib| VolumeAccess::Daos {
+                lib: lib.to_path_buf(),
+            })
+            .ok_or_else(|| {
+                DirectoryError::Unavailable(format!(
+                    "DaosSystem {:?} has backend: daos: start this plugin with --daos-lib DIR \
+                     (the directory of DAOS's libdfs.so)",
+                    sys.name_any()
+                ))
+            }),
     }
 }
 
@@ -280,6 +306,30 @@ mod tests {
             None,
             "a host name from before the schema rule"
         );
+    }
+
+    #[test]
+    fn the_backend_decides_how_nodes_serve_volumes() {
+        let engine = system_named("daos", Some("10.0.0.5:7000"));
+        let endpoint = Some("10.0.0.5:7000".parse().unwrap());
+        for lib in [None, Some(Path::new("/opt/daos/lib"))] {
+            assert_eq!(
+                volume_access(&engine, lib).unwrap(),
+                VolumeAccess::Engine {
+                    data_endpoint: endpoint
+                }
+            );
+        }
+        let mut daos = (*engine).clone();
+        daos.spec.backend = DaosBackend::Daos;
+        assert_eq!(
+            volume_access(&daos, Some(Path::new("/opt/daos/lib"))).unwrap(),
+            VolumeAccess::Daos {
+                lib: "/opt/daos/lib".into()
+            }
+        );
+        let err = volume_access(&daos, None).unwrap_err();
+        assert!(err.to_string().contains("--daos-lib"), "{err}");
     }
 
     #[test]

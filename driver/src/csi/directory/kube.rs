@@ -45,6 +45,8 @@ pub struct KubeDirectoryConfig {
     pub secret_refresh: Duration,
     /// How long a lookup waits for caches that are not synced yet.
     pub sync_wait: Duration,
+    /// Where DAOS's client libraries are, for DaosSystems with `backend: daos`.
+    pub daos_lib: Option<PathBuf>,
 }
 
 impl KubeDirectoryConfig {
@@ -57,6 +59,7 @@ impl KubeDirectoryConfig {
             request_timeout: Duration::from_secs(30),
             secret_refresh: Duration::from_secs(60),
             sync_wait: Duration::from_secs(10),
+            daos_lib: None,
         }
     }
 }
@@ -116,7 +119,8 @@ impl KubeDirectory {
             synced,
             clients: SystemClientCache::new(config.tls_root)
                 .with_request_timeout(config.request_timeout)
-                .with_secret_refresh(config.secret_refresh),
+                .with_secret_refresh(config.secret_refresh)
+                .with_daos_lib(config.daos_lib),
             default_tenant: config.default_tenant,
             sync_wait: config.sync_wait,
             _watches: Watches(vec![w0, w1, w2, w3]),
@@ -208,7 +212,7 @@ impl Directory for KubeDirectory {
             name: name.to_string(),
             mgmt: client.mgmt,
             containers: client.containers,
-            data_endpoint: from_crds::data_endpoint(sys),
+            volumes: from_crds::volume_access(sys, self.clients.daos_lib())?,
         })
     }
 

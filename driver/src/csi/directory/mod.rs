@@ -36,9 +36,22 @@ pub struct SystemClients {
     pub name: String,
     pub mgmt: MgmtClient,
     pub containers: Arc<dyn ContainerAdmin>,
-    /// Where nodes reach the system's DFS data service (the embedded engine's fabric
-    /// address); `None` when the directory does not know one.
-    pub data_endpoint: Option<std::net::SocketAddr>,
+    /// How nodes serve the system's volumes.
+    pub volumes: VolumeAccess,
+}
+
+/// How nodes serve a system's volumes (its DaosSystem's `backend`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeAccess {
+    /// Through the embedded engine's DFS data service at this fabric address, with a
+    /// capability the node agent signs; `None` when the directory knows no address (nodes
+    /// then refuse to stage).
+    Engine {
+        data_endpoint: Option<std::net::SocketAddr>,
+    },
+    /// Through DAOS's own libdfs, in this directory, and the node's `daos_agent`, by a
+    /// worker running as its tenant's uid (docs/real-daos.md).
+    Daos { lib: std::path::PathBuf },
 }
 
 impl std::fmt::Debug for SystemClients {

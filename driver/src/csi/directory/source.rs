@@ -45,6 +45,11 @@ pub struct DirectoryArgs {
     /// the DAOS client, one directory per DaosSystem.
     #[arg(long, default_value = "/tmp/dpufs-csi/tls")]
     pub tls_dir: PathBuf,
+    /// Where DAOS's client libraries (libdaos, libdfs) are, for DAOS systems with `backend:
+    /// daos`: the controller creates containers through them, nodes' workers mount volumes
+    /// through them (docs/real-daos.md).
+    #[arg(long, env = "DPUFS_DAOS_LIB", value_name = "DIR")]
+    pub daos_lib: Option<PathBuf>,
 }
 
 /// Why the directory cannot be opened.
@@ -80,7 +85,10 @@ impl DirectoryArgs {
                 if self.default_tenant.is_some() {
                     return Err(OpenError::DefaultTenantWithFile);
                 }
-                Ok(Arc::new(StaticDirectory::from_file(path)?))
+                Ok(Arc::new(StaticDirectory::from_file(
+                    path,
+                    self.daos_lib.as_deref(),
+                )?))
             }
             DirectorySource::Kubernetes => {
                 let client = match cluster {
@@ -89,6 +97,7 @@ impl DirectoryArgs {
                 };
                 let mut config = KubeDirectoryConfig::new(self.tls_dir.clone());
                 config.default_tenant = self.default_tenant.clone();
+                config.daos_lib = self.daos_lib.clone();
                 Ok(Arc::new(KubeDirectory::start(client, config)))
             }
         }

@@ -2,13 +2,14 @@
 //! system, a map of pools, tenants, and a default tenant for requests without a PVC
 //! namespace (conformance suites send none). It serves `dpufs up` and the tests.
 
-use super::{Directory, DirectoryError, PoolRef, SystemClients, Tenant};
+use super::{Directory, DirectoryError, PoolRef, SystemClients, Tenant, VolumeAccess};
 use crate::csi::params::{valid_namespace, valid_object_name};
 use crate::csi::volume_id::valid_system_name;
-use dpufs_daos::{ClientConfig, EngineContainers, MgmtClient, TlsFiles};
+use dpufs_api::DaosBackend;
+use dpufs_daos::{ClientConfig, ContainerAdmin, EngineContainers, MgmtClient, TlsFiles};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
@@ -58,6 +59,15 @@ pub struct StaticSystem {
     /// `fabric.addr`): where node plugins' workers mount volumes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_endpoint: Option<std::net::SocketAddr>,
+    /// `engine` (the default): volumes through the embedded engine at `dataEndpoint`;
+    /// `daos`: a real DAOS system, containers through libdaos and volumes through libdfs
+    /// (the plugins need `--daos-lib`, nodes `--tenant-uids`).
+    #[serde(default, skip_serializing_if = "is_engine")]
+    pub backend: DaosBackend,
+}
+
+fn is_engine(b: &DaosBackend) -> bool {
+    *b == DaosBackend::Engine
 }
 
 fn default_system_name() -> String {
@@ -88,8 +98,18 @@ pub struct StaticDirectory {
 }
 
 impl StaticDirectory {
-    /// Checks the configuration and builds the system's clients (engine backend).
+    /// Checks the configuration and builds the system's clients; a system with `backend:
+    /// daos` is refused (it needs [`StaticDirectory::open`] with DAOS's libraries).
     pub fn new(config: StaticConfig) -> Result<StaticDirectory, ConfigError> {
+        StaticDirectory::open(config, None)
+    }
+
+    /// The same, with DAOS's client libraries in `daos_lib` (the plugin's `--daos-lib`)
+    /// for a system with `backend: daos`.
+    pub fn open(
+        config: StaticConfig,
+        daos_lib: Option<&Path>,
+    ) -> Result<StaticDirectory, ConfigError> {
         check(&config)?;
         let sys = &config.system;
         let mut cfg = ClientConfig::new(sys.endpoints.clone());
@@ -99,37 +119,45 @@ impl StaticDirectory {
             cfg = cfg.with_tls(TlsFiles::in_dir(dir, "admin"));
         }
         let mgmt = MgmtClient::new(cfg).map_err(|e| ConfigError(e.to_string()))?;
+        let (containers, volumes): (Arc<dyn ContainerAdmin>, _) = match sys.backend {
+            DaosBackend::Engine => (
+                Arc::new(EngineContainers::new(&mgmt)),
+                VolumeAccess::Engine {
+                    data_endpoint: sys.data_endpoint,
+                },
+            ),
+            DaosBackend::Daos => {
+                let lib = daos_lib.ok_or_else(|| {
+                    ConfigError(format!(
+                        "system {:?} has backend daos: start the plugin with --daos-lib DIR \
+                         (the directory of DAOS's libdfs.so)",
+                        sys.name
+                    ))
+                })?;
+                (
+                    dpufs_kube::libdaos_containers(Some(lib)).map_err(ConfigError)?,
+                    VolumeAccess::Daos {
+                        lib: lib.to_path_buf(),
+                    },
+                )
+            }
+        };
         let clients = SystemClients {
             name: sys.name.clone(),
-            containers: Arc::new(EngineContainers::new(&mgmt)),
+            containers,
             mgmt,
-            data_endpoint: sys.data_endpoint,
+            volumes,
         };
         Ok(StaticDirectory { config, clients })
     }
 
-    /// The same with clients built elsewhere (another container backend).
-    pub fn with_clients(
-        config: StaticConfig,
-        clients: SystemClients,
-    ) -> Result<StaticDirectory, ConfigError> {
-        check(&config)?;
-        if clients.name != config.system.name {
-            return Err(ConfigError(format!(
-                "clients of system {:?} given for system {:?}",
-                clients.name, config.system.name
-            )));
-        }
-        Ok(StaticDirectory { config, clients })
-    }
-
-    /// Reads a JSON configuration file.
-    pub fn from_file(path: &std::path::Path) -> Result<StaticDirectory, ConfigError> {
+    /// Reads a JSON configuration file; `daos_lib` as for [`StaticDirectory::open`].
+    pub fn from_file(path: &Path, daos_lib: Option<&Path>) -> Result<StaticDirectory, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
         let config: StaticConfig = serde_json::from_str(&text)
             .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
-        StaticDirectory::new(config)
+        StaticDirectory::open(config, daos_lib)
     }
 
     pub fn config(&self) -> &StaticConfig {
@@ -394,6 +422,29 @@ mod tests {
             let err = StaticDirectory::new(c).unwrap_err();
             assert!(err.0.contains(want), "{err} (wanted {want:?})");
         }
+    }
+
+    #[tokio::test]
+    async fn a_daos_system_needs_daos_libraries() {
+        let mut c = config();
+        assert_eq!(
+            StaticDirectory::new(c.clone())
+                .unwrap()
+                .system("daos_server")
+                .await
+                .unwrap()
+                .volumes,
+            VolumeAccess::Engine {
+                data_endpoint: None
+            }
+        );
+        c.system.backend = DaosBackend::Daos;
+        let err = StaticDirectory::new(c.clone()).unwrap_err();
+        assert!(err.0.contains("--daos-lib"), "{err}");
+        // A directory without libdaos is named in the refusal.
+        let empty = tempfile::tempdir().unwrap();
+        let err = StaticDirectory::open(c, Some(empty.path())).unwrap_err();
+        assert!(err.0.contains("libdfs.so"), "{err}");
     }
 
     #[test]

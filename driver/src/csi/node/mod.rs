@@ -15,13 +15,13 @@ pub(crate) mod publish;
 pub mod record;
 pub(crate) mod stage;
 pub(crate) mod stats;
+pub mod uids;
 
 use crate::csi::directory::Directory;
 use crate::csi::error::{CsiError, PathError};
 use crate::csi::locks::VolumeLocks;
 use crate::csi::{TOPOLOGY_NODE_KEY, TOPOLOGY_SYSTEM_KEY};
 use crate::keeper::Keeper;
-use agent::NodeAgent;
 use dpufs_proto::csi::v1::{
     self as csi, NodeServiceCapability, Topology, VolumeCapability, node_server::Node,
     node_service_capability, volume_capability,
@@ -31,22 +31,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
-/// How a node plugin runs.
+/// How a node plugin runs; what it stages with is its [`Stager`].
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     /// This node's id (the Kubernetes node name), ≤ 128 bytes.
     pub node_id: String,
-    /// The mount keeper's state directory; the plugin's own records go to `csi/` in it.
-    pub state_dir: PathBuf,
-    /// `max_volumes_per_node`: how many volumes (workers) this node stages at most.
-    pub max_volumes: i64,
     /// Every staging and target path must be under it (kubelet's directory,
     /// `/var/lib/kubelet`); the plugin mounts and unmounts nowhere else.
     pub mount_root: PathBuf,
-    /// Arguments every worker gets besides its backend and capability (the fabric provider
-    /// and device).
-    pub worker_args: Vec<String>,
-    pub agent: NodeAgent,
 }
 
 /// The Node service.
@@ -61,22 +53,16 @@ impl std::fmt::Debug for NodeService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NodeService")
             .field("config", &self.config)
+            .field("stager", &self.stager)
             .finish_non_exhaustive()
     }
 }
 
 impl NodeService {
-    pub fn new(config: NodeConfig, dir: Arc<dyn Directory>) -> NodeService {
-        let stager = Stager::new(
-            config.state_dir.clone(),
-            dir.clone(),
-            config.agent.clone(),
-            config.max_volumes,
-            config.worker_args.clone(),
-        );
+    pub fn new(config: NodeConfig, stager: Stager) -> NodeService {
         NodeService {
             config,
-            dir,
+            dir: stager.directory().clone(),
             stager,
             locks: VolumeLocks::default(),
         }
@@ -88,7 +74,7 @@ impl NodeService {
     }
 
     fn keeper_socket(&self) -> PathBuf {
-        Keeper::socket(&self.config.state_dir)
+        Keeper::socket(self.stager.state_dir())
     }
 
     /// The capabilities this Node service really implements.
@@ -117,7 +103,7 @@ impl NodeService {
         }
         Ok(csi::NodeGetInfoResponse {
             node_id: self.config.node_id.clone(),
-            max_volumes_per_node: self.config.max_volumes,
+            max_volumes_per_node: self.stager.max_volumes(),
             accessible_topology: Some(Topology { segments }),
         })
     }

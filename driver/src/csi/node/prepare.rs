@@ -3,9 +3,12 @@
 //! agent's StageVolume (`crate::dpu::agent`: a vhost-user-fs export shown to the host).
 //!
 //! [`Stager::plan`] resolves the volume's tenant from its container (the request record the
-//! controller wrote — never from the caller) and writes nothing; [`Planned::write`] then signs
-//! the worker a capability for exactly that container as the node agent, writes the QoS file
-//! and the stage record, and returns the worker's arguments ([`Stager::prepare`] does both).
+//! controller wrote — never from the caller) and how the system's volumes are served; it
+//! writes nothing but, for a DAOS system served through libdfs, the tenant's uid on this node
+//! ([`TenantUids`]). [`Planned::write`] then signs the worker of an engine volume a capability
+//! for exactly that container as the node agent (a libdfs worker instead runs as the tenant's
+//! uid, which DAOS's agent vouches for), writes the QoS file and the stage record, and returns
+//! the worker's arguments ([`Stager::prepare`] does both).
 //! [`Stager::serve`] then has the keeper attach the volume (a FUSE mount at the staging path, or
 //! a vhost-user socket) and serve it with a worker, undoing a first stage's files if it cannot.
 //! [`Stager::release`] undoes it: the keeper stops the worker and lets the volume go, then the
@@ -13,7 +16,7 @@
 
 use super::record::{StagedVolume, VolumeFiles};
 use crate::csi::controller::RequestRecord;
-use crate::csi::directory::{Directory, DirectoryError, SystemClients};
+use crate::csi::directory::{Directory, DirectoryError, SystemClients, VolumeAccess};
 use crate::csi::error::{StageError, TenantError};
 use crate::csi::label::REQUEST_ATTR;
 use crate::csi::qos;
@@ -25,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::agent::NodeAgent;
+use super::uids::TenantUids;
 
 pub(super) fn node_err(step: &str) -> impl FnOnce(String) -> StageError + '_ {
     move |detail| StageError::Node {
@@ -43,7 +47,8 @@ pub(crate) fn describe(read_only: bool) -> &'static str {
 }
 
 /// What a node needs to prepare volumes: where its records go, its directory, its agent key,
-/// its limit, and the arguments every worker gets (the fabric).
+/// its limit, the arguments every worker gets (the fabric), and its tenants' uids (for
+/// volumes of DAOS systems served through libdfs).
 #[derive(Clone)]
 pub struct Stager {
     state_dir: PathBuf,
@@ -51,6 +56,7 @@ pub struct Stager {
     agent: NodeAgent,
     max_volumes: i64,
     worker_args: Vec<String>,
+    uids: Arc<TenantUids>,
 }
 
 impl std::fmt::Debug for Stager {
@@ -70,9 +76,50 @@ pub struct Planned {
     pub volume: StagedVolume,
     files: VolumeFiles,
     limits: QosLimits,
-    /// The system's data service, which the worker connects to.
-    data: std::net::SocketAddr,
+    served_by: ServedBy,
     new: bool,
+}
+
+/// What the volume's worker serves it from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ServedBy {
+    /// The engine's data service at this fabric address, with a capability the node agent
+    /// signs.
+    Engine(std::net::SocketAddr),
+    /// DAOS's libdfs, loaded from `lib`, in a worker running as the tenant's `uid`.
+    Daos { lib: PathBuf, uid: u32 },
+}
+
+impl ServedBy {
+    /// The worker's backend arguments for `volume`, whose capability file is `capability`.
+    fn worker_args(&self, volume: &StagedVolume, capability: &Path) -> Vec<String> {
+        match self {
+            ServedBy::Engine(data) => vec![
+                "--backend".into(),
+                format!("engine:{data}"),
+                "--capability".into(),
+                capability.display().to_string(),
+            ],
+            ServedBy::Daos { lib, uid } => {
+                let mut args = vec![
+                    "--backend".into(),
+                    format!("daos:{}/{}", volume.pool, volume.container),
+                    "--daos-lib".into(),
+                    lib.display().to_string(),
+                    "--uid".into(),
+                    uid.to_string(),
+                    "--gid".into(),
+                    uid.to_string(),
+                ];
+                // No capability limits this worker's rights: DAOS opens the container
+                // read-only instead.
+                if volume.read_only {
+                    args.extend(["--access".into(), "read-only".into()]);
+                }
+                args
+            }
+        }
+    }
 }
 
 impl Planned {
@@ -83,29 +130,25 @@ impl Planned {
             volume,
             files,
             limits,
-            data,
+            served_by,
             new,
         } = self;
-        make_private_dir(&stager.records_dir())
+        make_records_dir(&stager.records_dir())
             .map_err(|e| node_err("creating the records directory")(e.to_string()))?;
-        stager
-            .agent
-            .issue(&volume, &files.capability)
-            .map_err(node_err("signing the worker's capability"))?;
+        if let ServedBy::Engine(_) = served_by {
+            stager
+                .agent
+                .issue(&volume, &files.capability)
+                .map_err(node_err("signing the worker's capability"))?;
+        }
         limits
             .store(&files.qos)
             .map_err(|e| node_err("writing the QoS file")(e.to_string()))?;
         volume
             .save(&files.record)
             .map_err(|e| node_err("writing the stage record")(e.to_string()))?;
-        let mut worker_args = vec![
-            "--backend".to_string(),
-            format!("engine:{data}"),
-            "--capability".to_string(),
-            files.capability.display().to_string(),
-            "--qos".to_string(),
-            files.qos.display().to_string(),
-        ];
+        let mut worker_args = served_by.worker_args(&volume, &files.capability);
+        worker_args.extend(["--qos".to_string(), files.qos.display().to_string()]);
         worker_args.extend(stager.worker_args.iter().cloned());
         Ok(Prepared {
             volume,
@@ -121,7 +164,7 @@ impl Planned {
 pub struct Prepared {
     pub volume: StagedVolume,
     pub files: VolumeFiles,
-    /// The worker's arguments: backend, capability, QoS file, fabric.
+    /// The worker's arguments: backend (with its capability, or its uid), QoS file, fabric.
     pub worker_args: Vec<String>,
     /// There was no record before this stage.
     pub new: bool,
@@ -140,13 +183,16 @@ impl Prepared {
 }
 
 impl Stager {
-    /// `state_dir`: the keeper's state directory; the records go to `csi/` in it.
+    /// `state_dir`: the keeper's state directory; the records go to `csi/` in it. `uids`:
+    /// the tenants' uids for volumes served through libdfs, recorded in the same place
+    /// ([`TenantUids::open`] on [`Stager::records_dir`]).
     pub fn new(
         state_dir: PathBuf,
         dir: Arc<dyn Directory>,
         agent: NodeAgent,
         max_volumes: i64,
         worker_args: Vec<String>,
+        uids: Arc<TenantUids>,
     ) -> Stager {
         Stager {
             state_dir,
@@ -154,12 +200,23 @@ impl Stager {
             agent,
             max_volumes,
             worker_args,
+            uids,
         }
+    }
+
+    /// `max_volumes_per_node`.
+    pub fn max_volumes(&self) -> i64 {
+        self.max_volumes
     }
 
     /// Where the stage records, capabilities and QoS files are.
     pub fn records_dir(&self) -> PathBuf {
-        self.state_dir.join("csi")
+        Stager::records_dir_in(&self.state_dir)
+    }
+
+    /// Where the records of a node with the state directory `state_dir` are.
+    pub fn records_dir_in(state_dir: &Path) -> PathBuf {
+        state_dir.join("csi")
     }
 
     pub fn state_dir(&self) -> &Path {
@@ -216,7 +273,7 @@ impl Stager {
         let known = self.staged(id)?;
         let new = known.is_none();
         let clients = self.dir.system(&id.system).await?;
-        let (volume, limits) = match known {
+        let (mut volume, limits) = match known {
             Some(v) => {
                 let v = check_same(id, v, at, read_only)?;
                 let limits = qos::read(&clients, id)
@@ -229,14 +286,24 @@ impl Stager {
             }
             None => self.resolve(&clients, id, at, read_only).await?,
         };
-        let data = clients
-            .data_endpoint
-            .ok_or_else(|| StageError::NoDataEndpoint(id.system.clone()))?;
+        let served_by = match clients.volumes {
+            VolumeAccess::Engine { data_endpoint } => ServedBy::Engine(
+                data_endpoint.ok_or_else(|| StageError::NoDataEndpoint(id.system.clone()))?,
+            ),
+            VolumeAccess::Daos { lib } => {
+                let uid = self.uids.uid_of(&volume.principal)?;
+                ServedBy::Daos { lib, uid }
+            }
+        };
+        volume.daos_uid = match served_by {
+            ServedBy::Daos { uid, .. } => Some(uid),
+            ServedBy::Engine(_) => None,
+        };
         Ok(Planned {
             files: self.files(id),
             volume,
             limits,
-            data,
+            served_by,
             new,
         })
     }
@@ -278,6 +345,7 @@ impl Stager {
             pool,
             container,
             read_only,
+            daos_uid: None,
         };
         Ok((volume, qos::of(id, &attrs)))
     }
@@ -365,15 +433,26 @@ impl Stager {
     }
 }
 
-/// A directory only its owner may enter (0700, also when it existed): the records directory,
-/// whose capabilities are the node agent's to hand out, and the DPU agent's vhost-user sockets.
+/// A directory only its owner may enter (0700, also when it existed): the DPU agent's
+/// vhost-user sockets.
 pub fn make_private_dir(dir: &Path) -> std::io::Result<()> {
+    make_dir_with_mode(dir, 0o700)
+}
+
+/// The records directory (0711, also when it existed): its owner's, but others may pass
+/// through, because a worker running as its tenant's uid re-reads its QoS file (0644) there.
+/// No one else can list it, and the records, capabilities and uid map in it are 0600.
+pub fn make_records_dir(dir: &Path) -> std::io::Result<()> {
+    make_dir_with_mode(dir, 0o711)
+}
+
+fn make_dir_with_mode(dir: &Path, mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new()
         .recursive(true)
-        .mode(0o700)
+        .mode(mode)
         .create(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
 }
 
 /// A stage of a volume already staged: the same place and access (idempotent), or refused.

@@ -26,6 +26,10 @@ pub struct StagedVolume {
     pub container: String,
     /// Staged for reading only (a reader-only access mode): the capability grants no writes.
     pub read_only: bool,
+    /// Served through DAOS's own libdfs by a worker running as this uid (its tenant's on
+    /// this node), which needs no capability; `None`: through the engine, with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daos_uid: Option<u32>,
 }
 
 /// The files of one volume under the state directory, named by a digest of its id (ids may
@@ -47,6 +51,11 @@ pub struct VolumeFiles {
 pub fn key_of(id: &VolumeId) -> String {
     let digest = openssl::sha::sha256(id.to_string().as_bytes());
     digest[..12].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `name` is a [`key_of`] (24 lowercase hex digits).
+fn is_key(name: &str) -> bool {
+    name.len() == 24 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 impl VolumeFiles {
@@ -96,7 +105,8 @@ impl StagedVolume {
         save_json(path, self)
     }
 
-    /// Every record in `dir`.
+    /// Every record in `dir`: the files named `<key>.json` (other files live there too, such
+    /// as the tenant uid record).
     pub fn all(dir: &Path) -> io::Result<Vec<StagedVolume>> {
         let entries = match std::fs::read_dir(dir) {
             Ok(e) => e,
@@ -107,6 +117,10 @@ impl StagedVolume {
         for entry in entries {
             let path = entry?.path();
             if path.extension().is_some_and(|x| x == "json")
+                && path
+                    .file_stem()
+                    .and_then(|stem| stem.to_str())
+                    .is_some_and(is_key)
                 && let Some(v) = StagedVolume::load(&path)?
             {
                 out.push(v);
@@ -139,6 +153,7 @@ mod tests {
             pool: id.pool.to_string(),
             container: id.container.to_string(),
             read_only: false,
+            daos_uid: None,
         };
         v.save(&files.record).unwrap();
         // The field's name on disk is the one records had before the DPU agent.
@@ -146,7 +161,16 @@ mod tests {
             serde_json::from_slice(&std::fs::read(&files.record).unwrap()).unwrap();
         assert_eq!(json["stagingPath"], "/var/lib/kubelet/x/globalmount");
         assert_eq!(StagedVolume::load(&files.record).unwrap(), Some(v.clone()));
-        assert_eq!(StagedVolume::all(dir.path()).unwrap(), vec![v]);
+        assert_eq!(json.get("daosUid"), None, "engine records read as before");
+        // Other JSON files beside the records are not records.
+        std::fs::write(dir.path().join("tenant-uids.json"), "{\"uids\": {}}").unwrap();
+        assert_eq!(StagedVolume::all(dir.path()).unwrap(), vec![v.clone()]);
+        let daos = StagedVolume {
+            daos_uid: Some(20001),
+            ..v
+        };
+        daos.save(&files.record).unwrap();
+        assert_eq!(StagedVolume::load(&files.record).unwrap(), Some(daos));
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&files.record)
             .unwrap()
