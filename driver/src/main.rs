@@ -101,8 +101,9 @@ struct StagingArgs {
     /// half). Default: `<state-dir>/agent.key`.
     #[arg(long)]
     agent_key: Option<PathBuf>,
-    /// Lifetime of the capabilities signed for workers; renewed at a third of it.
-    #[arg(long, default_value_t = 3600)]
+    /// Lifetime of the capabilities signed for workers; renewed at a third of it. At most a
+    /// day, the longest the engines accept.
+    #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(3..=86400))]
     capability_ttl_secs: u64,
     /// How often the QoS limits of staged volumes are re-read from DAOS (what
     /// ControllerModifyVolume changed reaches the workers within this and one second).

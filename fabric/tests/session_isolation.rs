@@ -481,14 +481,85 @@ fn expired_and_forged_capabilities_are_refused_at_the_handshake() {
             genuine.signature().to_vec(),
         );
         refused(widened, "does not verify");
+        // Valid, but for two days: longer than the server's maximum (a day by default).
+        let mut too_long = world.claims("mallory");
+        too_long.not_after = unix_now() + 2 * 24 * 3600;
+        refused(world.agent.sign(&too_long).unwrap(), "accepts at most");
         let server = world.server.server().stats();
-        assert_eq!(server.refused_handshakes, 3);
+        assert_eq!(server.refused_handshakes, 4);
         assert_eq!(
             server.connections, established,
             "no QP for a refused handshake"
         );
         assert_eq!(world.server.server().connections(), 1, "only the victim's");
     });
+}
+
+#[test]
+fn a_live_connection_is_refused_past_its_capabilitys_expiry_until_a_renewed_one_is_presented() {
+    // No skew allowed, so the test waits seconds, not a minute.
+    let config = ServerConfig {
+        clock_skew: Duration::ZERO,
+        ..ServerConfig::default()
+    };
+    let world = World::start("dpufs-session-expiry", config);
+    with_victim(&world, |_| {
+        let session = world.attacker(attacker_config());
+        let mut short = world.claims("mallory");
+        short.not_after = unix_now() + 2;
+        let conn = session
+            .connect(world.addr(), world.agent.sign(&short).unwrap())
+            .unwrap();
+        let value = vec![0x5a; 4096];
+        conn.call(&KvStore::put("k"), Bulk::ToServer(&value))
+            .unwrap();
+        let first_qp = conn.qp_num();
+        while unix_now() <= short.not_after {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // The handshake checked the capability once; the connection does not outlive it.
+        let mut buf = vec![0; 4096];
+        match conn.call(&KvStore::get("k"), Bulk::FromServer(&mut buf)) {
+            Err(SessionError::RequestRefused { reason }) => {
+                assert!(reason.contains("capability expired"), "{reason}")
+            }
+            other => panic!("a call past the capability's expiry: {other:?}"),
+        }
+        assert_eq!(buf, vec![0; 4096], "nothing was moved");
+        // The node agent's renewal reaches the worker: the next call moves to a new QP
+        // that presents it, and is served.
+        conn.renew(world.cap("mallory"));
+        let r = conn
+            .call(&KvStore::get("k"), Bulk::FromServer(&mut buf))
+            .unwrap();
+        assert_eq!((r.bulk_len, &buf), (4096, &value));
+        assert_ne!(conn.qp_num(), first_qp);
+        assert_eq!(session.stats().rotations, 1);
+        assert!(world.server.server().stats().requests_refused >= 1);
+    });
+}
+
+#[test]
+fn a_renewed_capability_moves_the_connection_before_it_is_needed() {
+    let world = World::new();
+    let session = world.attacker(attacker_config());
+    let conn = session.connect(world.addr(), world.cap("mallory")).unwrap();
+    let value = vec![7; 4096];
+    conn.call(&KvStore::put("k"), Bulk::ToServer(&value))
+        .unwrap();
+    let first_qp = conn.qp_num();
+    // The same token again (a second mount, an unchanged file) moves nothing.
+    let same = world.cap("mallory");
+    conn.renew(same.clone());
+    conn.call(&KvStore::put("k"), Bulk::ToServer(&value))
+        .unwrap();
+    conn.renew(same);
+    conn.call(&KvStore::put("k"), Bulk::ToServer(&value))
+        .unwrap();
+    assert_eq!(session.stats().rotations, 1, "one move for one new token");
+    assert_ne!(conn.qp_num(), first_qp);
+    assert_eq!(session.stats().failed_calls, 0);
+    assert_eq!(session.stats().reconnects, 0, "a move is not a failure");
 }
 
 #[test]

@@ -85,8 +85,8 @@ impl EngineClient {
         self.session.mount(self.server, capability)
     }
 
-    /// Presents `capability` from the connection's next reconnect on (the node agent renewed
-    /// it), checking it with the engine now.
+    /// Presents `capability` (the node agent renewed it) from the connection's next call on,
+    /// on a new QP ([`session::Connection::renew`]).
     pub fn renew(&self, capability: session::SignedCapability) -> Result<(), SessionError> {
         self.session.renew(self.server, capability)
     }

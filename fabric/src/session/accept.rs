@@ -41,11 +41,16 @@ fn admit<D: RdmaDevice>(shared: &ServerShared<D>, hello: &Hello) -> Result<Capab
         ));
     }
     let cap = SignedCapability::from_bytes(&hello.capability).map_err(|e| e.to_string())?;
+    let unix_time = unix_now();
+    let config = &shared.config;
     let claims = shared
         .trusted
         .read()
         .unwrap_or_else(PoisonError::into_inner)
-        .verify(&cap, unix_now(), shared.config.clock_skew)
+        .verify(&cap, unix_time, config.clock_skew)
+        .map_err(|e| e.to_string())?;
+    claims
+        .check_lifetime(unix_time, config.max_capability_lifetime, config.clock_skew)
         .map_err(|e| e.to_string())?;
     let key = (claims.tenant.clone(), claims.volume.clone());
     let now = shared.config.clock.now();

@@ -234,12 +234,11 @@ impl TrustedAgents {
             });
         }
         let claims = Capability::decode(cap.claims_bytes())?;
-        let skew_secs = skew.as_secs();
-        if now > claims.not_after.saturating_add(skew_secs) {
+        if claims.expired_at(now, skew) {
             return Err(CapabilityError::Expired {
                 not_after: claims.not_after,
                 now,
-                skew_secs,
+                skew_secs: skew.as_secs(),
             });
         }
         Ok(claims)

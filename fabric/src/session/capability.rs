@@ -58,6 +58,22 @@ pub enum CapabilityError {
         /// Allowed clock skew.
         skew_secs: u64,
     },
+    /// Valid for longer than the server accepts: a token that lives for days would make a
+    /// leaked one useful for days.
+    #[error(
+        "capability valid until unix time {not_after}, {} s from now (server time {now}): \
+         this server accepts at most {max_secs} s; have the node agent sign shorter ones \
+         (--capability-ttl-secs)",
+        not_after.saturating_sub(*now)
+    )]
+    TooLong {
+        /// Expiry.
+        not_after: u64,
+        /// Server clock.
+        now: u64,
+        /// The longest lifetime accepted, the allowed clock skew included.
+        max_secs: u64,
+    },
     /// OpenSSL failed.
     #[error("crypto: {0}")]
     Crypto(String),
@@ -119,6 +135,30 @@ pub fn unix_now() -> u64 {
 }
 
 impl Capability {
+    /// Refuses claims valid for more than `max` from `now` (unix seconds), allowing `skew`
+    /// for a signer whose clock runs ahead.
+    pub fn check_lifetime(
+        &self,
+        now: u64,
+        max: Duration,
+        skew: Duration,
+    ) -> Result<(), CapabilityError> {
+        let max_secs = max.as_secs().saturating_add(skew.as_secs());
+        if self.not_after > now.saturating_add(max_secs) {
+            return Err(CapabilityError::TooLong {
+                not_after: self.not_after,
+                now,
+                max_secs,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the claims have expired at `now` (unix seconds), allowing `skew`.
+    pub fn expired_at(&self, now: u64, skew: Duration) -> bool {
+        now > self.not_after.saturating_add(skew.as_secs())
+    }
+
     /// Claims valid for `ttl` from now, with a fresh random nonce.
     pub fn new(
         tenant: impl Into<String>,
@@ -328,6 +368,22 @@ pub(crate) mod tests {
             not_after,
             nonce: [7; 16],
         }
+    }
+
+    #[test]
+    fn lifetimes_are_bounded_and_expiry_allows_the_skew() {
+        let (hour, skew) = (Duration::from_secs(3600), Duration::from_secs(30));
+        let c = claims(10_000 + 3600);
+        assert_eq!(c.check_lifetime(10_000, hour, skew), Ok(()));
+        assert_eq!(c.check_lifetime(10_000 - 30, hour, skew), Ok(()));
+        let err = c.check_lifetime(10_000 - 31, hour, skew).unwrap_err();
+        assert!(
+            matches!(err, CapabilityError::TooLong { max_secs: 3630, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("--capability-ttl-secs"), "{err}");
+        assert!(!c.expired_at(13_600 + 30, skew));
+        assert!(c.expired_at(13_600 + 31, skew));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! replaced, after an exponential backoff, unless the peer is quarantined).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -72,6 +73,8 @@ pub struct Forgery {
 struct Reconnect {
     failures: u32,
     next_attempt: Option<Instant>,
+    /// After a failed rotation, when to try the next one.
+    next_rotation: Option<Instant>,
 }
 
 /// A connection to one engine endpoint: one QP at a time, replaced after failures.
@@ -82,6 +85,9 @@ pub struct Connection<D: RdmaDevice> {
     shared: Arc<SessionShared<D>>,
     peer: SocketAddr,
     capability: Mutex<SignedCapability>,
+    /// A renewed capability waits to be presented: the next call moves the connection to a
+    /// new link that presents it ([`Connection::renew`]).
+    rotation_due: AtomicBool,
     link: RwLock<Option<Arc<Link<D>>>>,
     reconnect: Mutex<Reconnect>,
 }
@@ -107,6 +113,7 @@ impl<D: RdmaDevice> Connection<D> {
             shared,
             peer,
             capability: Mutex::new(capability),
+            rotation_due: AtomicBool::new(false),
             link: RwLock::new(Some(Arc::new(link))),
             reconnect: Mutex::new(Reconnect::default()),
         })
@@ -127,9 +134,16 @@ impl<D: RdmaDevice> Connection<D> {
         self.current().is_some_and(|l| l.alive())
     }
 
-    /// Presents `capability` from the next (re)connect on.
+    /// Presents `capability` from now on: the next call moves the connection to a new link
+    /// that presents it (calls in flight finish on the old one), well before the server
+    /// refuses the old link's requests at its capability's expiry. If that link cannot be
+    /// made, the old one serves on and the move is tried again after a backoff.
     pub fn renew(&self, capability: SignedCapability) {
-        *lock(&self.capability) = capability;
+        let mut current = lock(&self.capability);
+        if *current != capability {
+            *current = capability;
+            self.rotation_due.store(true, Ordering::Release);
+        }
     }
 
     /// Sends `request` (at most [`MAX_CONTROL_MESSAGE`](super::MAX_CONTROL_MESSAGE) bytes) with
@@ -205,9 +219,13 @@ impl<D: RdmaDevice> Connection<D> {
             .clone()
     }
 
-    /// The live link, reconnecting first if the current one died.
+    /// The live link, reconnecting first if the current one died, or moving to a new one
+    /// when a renewed capability waits.
     fn usable_link(&self, deadline: Instant) -> Result<Arc<Link<D>>, SessionError> {
         if let Some(link) = self.current().filter(|l| l.alive()) {
+            if self.rotation_due.load(Ordering::Acquire) {
+                return Ok(self.rotate(link, deadline));
+            }
             return Ok(link);
         }
         let mut rc = lock(&self.reconnect);
@@ -250,6 +268,8 @@ impl<D: RdmaDevice> Connection<D> {
                 std::thread::sleep(at - now);
             }
         }
+        // A reconnect presents the newest capability: no rotation is left to do.
+        self.rotation_due.store(false, Ordering::Release);
         let capability = lock(&self.capability).clone();
         let connect_deadline = deadline.min(Instant::now() + self.shared.config.connect_timeout);
         match handshake::connect(&self.shared, self.peer, &capability, connect_deadline) {
@@ -270,6 +290,50 @@ impl<D: RdmaDevice> Connection<D> {
                 rc.next_attempt =
                     Some(Instant::now() + self.shared.config.backoff.delay(rc.failures));
                 Err(e)
+            }
+        }
+    }
+
+    /// Moves the connection from `old`, still alive, to a new link presenting the renewed
+    /// capability; returns the link this call uses. A failure keeps `old` (its capability
+    /// may have a while to run) and retries the move after a backoff.
+    fn rotate(&self, old: Arc<Link<D>>, deadline: Instant) -> Arc<Link<D>> {
+        let mut rc = lock(&self.reconnect);
+        if rc.next_rotation.is_some_and(|at| at > Instant::now()) {
+            return old;
+        }
+        // Cleared before the capability is read: a renewal after this asks again.
+        if !self.rotation_due.swap(false, Ordering::AcqRel) {
+            // Another call moved first.
+            return self.current().filter(|l| l.alive()).unwrap_or(old);
+        }
+        let capability = lock(&self.capability).clone();
+        let connect_deadline = deadline.min(Instant::now() + self.shared.config.connect_timeout);
+        match handshake::connect(&self.shared, self.peer, &capability, connect_deadline) {
+            Ok(link) => {
+                let link = Arc::new(link);
+                rc.next_rotation = None;
+                bump(&self.shared.counters.rotations);
+                tracing::info!(
+                    peer = %self.peer,
+                    qp = link.qp_num(),
+                    old_qp = old.qp_num(),
+                    "presenting the renewed capability on a new QP"
+                );
+                *self
+                    .link
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(link.clone());
+                link
+            }
+            Err(e) => {
+                self.rotation_due.store(true, Ordering::Release);
+                rc.next_rotation = Some(Instant::now() + self.shared.config.backoff.delay(1));
+                tracing::warn!(
+                    peer = %self.peer,
+                    "cannot present the renewed capability yet ({e}); the current QP serves on"
+                );
+                old
             }
         }
     }

@@ -52,6 +52,9 @@ pub struct ServerConfig {
     pub max_connections_per_tenant: usize,
     /// Clock skew allowed when checking capability expiry.
     pub clock_skew: Duration,
+    /// The longest a capability may be valid for from the moment it is presented: a longer
+    /// one is refused at the handshake (docs/fabric.md, "Capabilities").
+    pub max_capability_lifetime: Duration,
     /// Bound on each handshake step.
     pub handshake_timeout: Duration,
     /// Bound on an RDMA READ a handler waits for.
@@ -72,6 +75,8 @@ impl Default for ServerConfig {
             max_connections: 256,
             max_connections_per_tenant: 32,
             clock_skew: Duration::from_secs(30),
+            // A day: the node agent signs for an hour by default and renews at a third.
+            max_capability_lifetime: Duration::from_secs(24 * 3600),
             handshake_timeout: Duration::from_secs(5),
             rma_timeout: Duration::from_secs(30),
             quarantine: QuarantinePolicy::default(),

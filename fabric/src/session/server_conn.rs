@@ -262,7 +262,9 @@ impl<D: RdmaDevice> ServerShared<D> {
             return;
         }
         conn.last_id.store(header.request_id, Ordering::Release);
-        let refusal = self.lease_refusal(conn, &header);
+        let refusal = self
+            .expiry_refusal(conn)
+            .or_else(|| self.lease_refusal(conn, &header));
         if refusal.is_some() {
             bump(&self.counters.requests_refused);
         }
@@ -307,6 +309,22 @@ impl<D: RdmaDevice> ServerShared<D> {
         if let Some(t) = idle {
             t.unpark();
         }
+    }
+
+    /// A connection outlives the handshake that checked its capability, but not the
+    /// capability: past its expiry every request is refused, and the worker reconnects with
+    /// the one its node agent renewed (the client moves to it before this happens).
+    fn expiry_refusal(&self, conn: &ServerConn<D>) -> Option<String> {
+        let skew = self.config.clock_skew;
+        let now = super::capability::unix_now();
+        conn.claims.expired_at(now, skew).then(|| {
+            format!(
+                "the connection's capability expired at unix time {} (server time {now}, \
+                 allowed skew {} s); reconnect with a fresh one",
+                conn.claims.not_after,
+                skew.as_secs()
+            )
+        })
     }
 
     fn lease_refusal(&self, conn: &ServerConn<D>, header: &RequestHeader) -> Option<String> {

@@ -66,6 +66,8 @@ counters! {
         late_rma_errors,
         /// Connections re-established after a failure.
         reconnects,
+        /// Connections moved to a new QP to present a renewed capability.
+        rotations,
         /// Peers quarantined.
         quarantines,
         /// Calls that timed out.

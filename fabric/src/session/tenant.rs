@@ -220,8 +220,8 @@ impl<D: RdmaDevice> TenantSession<D> {
     }
 
     /// The connection to the engine endpoint `server` (one QP per endpoint), established now
-    /// with `capability`. If one exists, it is returned and will present `capability` from its
-    /// next reconnect on (renewal).
+    /// with `capability`. If one exists, it is returned and presents `capability` from its
+    /// next call on ([`Connection::renew`]).
     pub fn connect(
         &self,
         server: SocketAddr,
