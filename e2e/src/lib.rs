@@ -98,6 +98,9 @@ pub struct EngineOpts {
     pub fabric_dir: Option<PathBuf>,
     /// Clock skew the data service tolerates on capability expiry (engine default: 30 s).
     pub capability_skew_secs: Option<u64>,
+    /// Bound on a management client's TLS handshake and HTTP/2 preface (engine default:
+    /// 10 s).
+    pub setup_timeout_ms: Option<u64>,
     /// Where the engine runs on the network; `None`: this machine's loopback.
     pub network: Option<EngineNetwork>,
 }
@@ -121,6 +124,7 @@ impl Default for EngineOpts {
             agent_keys: Vec::new(),
             fabric_dir: None,
             capability_skew_secs: None,
+            setup_timeout_ms: None,
             network: None,
         }
     }
@@ -138,6 +142,11 @@ pub struct EngineProcess {
 }
 
 impl EngineProcess {
+    /// The engine's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Starts an engine on a free port of loopback (or of its [`EngineOpts::network`]) with
     /// its data in `data_dir`.
     pub fn start(data_dir: &Path, opts: EngineOpts) -> anyhow::Result<EngineProcess> {
@@ -169,6 +178,9 @@ impl EngineProcess {
         }
         if let Some(secs) = opts.capability_skew_secs {
             cmd.arg("--capability-skew-secs").arg(secs.to_string());
+        }
+        if let Some(ms) = opts.setup_timeout_ms {
+            cmd.arg("--setup-timeout-ms").arg(ms.to_string());
         }
         if let Some(addr) = fabric_listen {
             cmd.arg("--fabric-listen").arg(addr.to_string());

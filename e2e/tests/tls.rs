@@ -193,3 +193,140 @@ fn generated_certificates_have_daos_names() {
     );
     assert!(tmp.path().join("clients/agent.crt").exists());
 }
+
+/// The engine's open descriptors.
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// How long each of `n` pool listings takes, sorted.
+async fn listing_latencies(admin: &MgmtClient, n: usize) -> Vec<std::time::Duration> {
+    let mut all = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = std::time::Instant::now();
+        admin
+            .list_pools()
+            .await
+            .expect("an admin call while others misbehave");
+        all.push(t.elapsed());
+    }
+    all.sort();
+    all
+}
+
+fn p99(sorted: &[std::time::Duration]) -> std::time::Duration {
+    sorted[(sorted.len() * 99).div_ceil(100) - 1]
+}
+
+/// Whether the peer closed `conn` (EOF or an error other than a timeout) within its read
+/// timeout.
+fn closed(mut conn: impl std::io::Read) -> bool {
+    let mut buf = [0u8; 256];
+    loop {
+        match conn.read(&mut buf) {
+            Ok(0) => return true,
+            // A GOAWAY or a TLS alert before the close.
+            Ok(_) => continue,
+            Err(e) => {
+                return !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                );
+            }
+        }
+    }
+}
+
+/// A TLS connection as the admin, finished, that has said nothing yet.
+fn tls_connection(addr: &str, dir: &Path) -> openssl::ssl::SslStream<std::net::TcpStream> {
+    let mut b = SslConnector::builder(SslMethod::tls_client()).unwrap();
+    b.set_ca_file(dir.join("daosCA.crt")).unwrap();
+    b.set_certificate_chain_file(dir.join("admin.crt")).unwrap();
+    b.set_private_key_file(dir.join("admin.key"), SslFiletype::PEM)
+        .unwrap();
+    b.set_alpn_protos(b"\x02h2").unwrap();
+    let mut config = b.build().configure().unwrap();
+    config.set_verify_hostname(false);
+    let tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    config.connect("daos", tcp).expect("the TLS handshake")
+}
+
+/// Slow and silent management clients (docs/reliability.md): connections that send nothing,
+/// half a TLS ClientHello, a finished handshake and no HTTP/2, or HTTP/2 with a frame
+/// claiming 16 MiB are all closed within the engine's setup bound (1 s here), the engine's
+/// descriptors come back, and an admin client is served throughout.
+#[tokio::test(flavor = "multi_thread")]
+async fn silent_and_slow_clients_are_closed_at_the_bound_while_others_are_served() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let certs = tmp.path().join("certs");
+    certs::generate(&certs).unwrap();
+    let opts = EngineOpts {
+        tls_dir: Some(certs.clone()),
+        setup_timeout_ms: Some(1000),
+        ..Default::default()
+    };
+    let engine = EngineProcess::start(&tmp.path().join("data"), opts).unwrap();
+    let admin = client(&engine.addr, &certs, "admin").unwrap();
+    let before = listing_latencies(&admin, 100).await;
+    let fds_before = fd_count(engine.pid());
+
+    let addr = engine.addr.clone();
+    let connect = || {
+        let c = std::net::TcpStream::connect(&addr).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        c
+    };
+    let silent: Vec<_> = (0..40).map(|_| connect()).collect();
+    // A handshake record header announcing 512 bytes, and 5 of them.
+    let half_hello: Vec<_> = (0..20)
+        .map(|_| {
+            let mut c = connect();
+            c.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03])
+                .unwrap();
+            c
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let no_http2: Vec<_> = (0..20).map(|_| tls_connection(&addr, &certs)).collect();
+    // HTTP/2 begun, then a frame header claiming 16 MiB (the largest a header can say).
+    let huge_frame: Vec<_> = (0..5)
+        .map(|_| {
+            let mut c = tls_connection(&addr, &certs);
+            c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+            c.write_all(&[0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01])
+                .unwrap();
+            c
+        })
+        .collect();
+    let during = listing_latencies(&admin, 100).await;
+
+    let all_closed = silent.into_iter().all(closed)
+        && half_hello.into_iter().all(closed)
+        && no_http2.into_iter().all(closed)
+        && huge_frame.into_iter().all(closed);
+    let waited = started.elapsed();
+    assert!(all_closed, "every misbehaving connection is closed");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while fd_count(engine.pid()) > fds_before && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let fds_after = fd_count(engine.pid());
+    eprintln!(
+        "85 misbehaving connections closed within {waited:?}; admin list_pools p99 {:?} \
+         before, {:?} during; engine descriptors {fds_before} before, {fds_after} after",
+        p99(&before),
+        p99(&during)
+    );
+    assert!(
+        fds_after <= fds_before,
+        "descriptors {fds_before} before, {fds_after} after"
+    );
+    // Closed at the bound, not at some later clean-up: 1 s, and the time to connect them all.
+    assert!(waited < std::time::Duration::from_secs(8), "{waited:?}");
+}

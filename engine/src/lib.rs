@@ -10,6 +10,7 @@
 //! POSIX namespace ([`namespace`]) over the fabric.
 
 pub mod acl;
+pub mod admission;
 pub mod containers;
 pub mod dfs_service;
 pub mod engine;

@@ -2,6 +2,7 @@
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use dpufs_engine::admission::AdmissionLimits;
 use dpufs_engine::dfs_service::fabric::{DataServer, FabricOptions};
 use dpufs_engine::server::{router, serve_tcp, serve_tls, serve_unix};
 use dpufs_engine::service::EngineServices;
@@ -66,6 +67,22 @@ struct Args {
     /// a capability's expiry.
     #[arg(long, default_value_t = 30)]
     capability_skew_secs: u64,
+    /// Milliseconds a management client has from its TCP connect to the end of its TLS
+    /// handshake and HTTP/2 preface; a client that takes longer is closed.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    setup_timeout_ms: u64,
+    /// Management connections that may be setting up at once; one more is closed at once.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    max_pending_connections: u64,
+}
+
+impl Args {
+    fn admission(&self) -> AdmissionLimits {
+        AdmissionLimits {
+            setup_timeout: std::time::Duration::from_millis(self.setup_timeout_ms),
+            max_pending: self.max_pending_connections as usize,
+        }
+    }
 }
 
 #[tokio::main]
@@ -129,8 +146,10 @@ async fn main() -> anyhow::Result<()> {
         announce(&engine, &local.to_string())?;
         let router = router(EngineServices::new(engine))?;
         let served = match acceptor {
-            Some(acceptor) => serve_tls(router, listener, acceptor, shutdown).await,
-            None => serve_tcp(router, listener, shutdown).await,
+            Some(acceptor) => {
+                serve_tls(router, listener, acceptor, args.admission(), shutdown).await
+            }
+            None => serve_tcp(router, listener, args.admission(), shutdown).await,
         };
         stop_data(data);
         served

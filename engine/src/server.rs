@@ -1,5 +1,6 @@
 //! Serving the engine's gRPC services on TCP or a unix socket.
 
+use crate::admission::{self, AdmissionLimits};
 use crate::service::EngineServices;
 use dpufs_proto::engine::v1::{
     container_svc_server::ContainerSvcServer, rank_control_server::RankControlServer,
@@ -20,13 +21,15 @@ pub fn router(services: EngineServices) -> anyhow::Result<Router> {
         .add_service(reflection))
 }
 
-/// Serves plaintext h2c (DAOS's insecure mode) on a bound TCP listener.
+/// Serves plaintext h2c (DAOS's insecure mode) on a bound TCP listener, admitting
+/// connections within `limits`.
 pub async fn serve_tcp(
     router: Router,
     listener: tokio::net::TcpListener,
+    limits: AdmissionLimits,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let incoming = admission::incoming(listener, limits, |tcp| async { Ok(tcp) });
     router
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await?;
@@ -46,15 +49,16 @@ pub async fn serve_unix(
     Ok(())
 }
 
-/// Serves DAOS's mutual TLS on a bound TCP listener.
+/// Serves DAOS's mutual TLS on a bound TCP listener, admitting connections within `limits`.
 pub async fn serve_tls(
     router: Router,
     listener: tokio::net::TcpListener,
     acceptor: openssl::ssl::SslAcceptor,
+    limits: AdmissionLimits,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     router
-        .serve_with_incoming_shutdown(crate::tls::incoming(listener, acceptor), shutdown)
+        .serve_with_incoming_shutdown(crate::tls::incoming(listener, acceptor, limits), shutdown)
         .await?;
     Ok(())
 }

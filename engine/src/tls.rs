@@ -3,6 +3,7 @@
 //! to the DAOS CA required, ALPN `h2`. The client certificate's CN reaches each
 //! RPC as [`PeerCn`] for the per-method allow-list in [`allowed`].
 
+use crate::admission::{self, AdmissionLimits, Prefaced};
 use crate::service::PeerCn;
 use dpufs_proto::daos::tls::{CIPHER, MAX_CERT_MODE, check_mode, max_key_mode};
 use openssl::nid::Nid;
@@ -106,35 +107,25 @@ async fn handshake(acceptor: &SslAcceptor, tcp: TcpStream) -> anyhow::Result<Tls
     Ok(TlsConn { stream, cn })
 }
 
-/// Accepts TCP connections and yields those that complete the handshake; each
-/// handshake runs in its own task so a slow client cannot stall the others.
+/// Connections that completed the handshake and started HTTP/2 within `limits`
+/// ([`crate::admission`]).
 pub fn incoming(
     listener: TcpListener,
     acceptor: SslAcceptor,
-) -> ReceiverStream<std::io::Result<TlsConn>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    limits: AdmissionLimits,
+) -> ReceiverStream<std::io::Result<Prefaced<TlsConn>>> {
     let acceptor = Arc::new(acceptor);
-    tokio::spawn(async move {
-        loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    continue;
-                }
-            };
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
-            tokio::spawn(async move {
-                match handshake(&acceptor, tcp).await {
-                    Ok(conn) => {
-                        let _ = tx.send(Ok(conn)).await;
-                    }
-                    Err(e) => tracing::info!(%peer, error = %e, "TLS handshake refused"),
-                }
-            });
-        }
-    });
-    ReceiverStream::new(rx)
+    admission::incoming(listener, limits, move |tcp| {
+        let acceptor = acceptor.clone();
+        async move { handshake(&acceptor, tcp).await }
+    })
+}
+
+impl Connected for Prefaced<TlsConn> {
+    type ConnectInfo = PeerCn;
+    fn connect_info(&self) -> PeerCn {
+        self.peer()
+    }
 }
 
 #[cfg(test)]
