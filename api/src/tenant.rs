@@ -57,6 +57,15 @@ pub struct DaosTenantSpec {
     /// Limits on what the tenant provisions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<TenantLimits>,
+
+    /// The uid the tenant's volume workers run as on every node, for DAOS systems with
+    /// `backend: daos`: DAOS's agent identifies a process by its uid, so each node's agent
+    /// must map this uid to the principal's user. Unset: each node gives the tenant a uid of
+    /// its own `--tenant-uids` range. It may be set later, but once set it cannot be changed
+    /// or removed: the agents' maps name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1000, max = 4294967294u32))]
+    pub uid: Option<u32>,
 }
 
 fn spec_rules(schema: &mut Schema) {
@@ -66,6 +75,11 @@ fn spec_rules(schema: &mut Schema) {
             "has(self.namespaces) != has(self.namespaceSelector)",
             "has(self.namespaces) ? 'set namespaces or namespaceSelector, not both' : 'set namespaces (a list of names) or namespaceSelector (namespace labels) to say which namespaces belong to the tenant'",
         ),
+    );
+    validation::settled_field(
+        schema,
+        "uid",
+        "uid cannot be changed or removed once set: the DAOS agents' user maps name it; create a new DaosTenant instead",
     );
 }
 

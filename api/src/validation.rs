@@ -68,6 +68,19 @@ pub(crate) fn immutable_field(schema: &mut Schema, field: &str, message: &str) {
     );
 }
 
+/// A transition rule on a struct: the optional field `field` may be added once the object
+/// exists, but never changed or removed.
+pub(crate) fn settled_field(schema: &mut Schema, field: &str, message: &str) {
+    push(
+        schema,
+        Rule::new(format!(
+            "!has(oldSelf.{field}) || (has(self.{field}) && self.{field} == oldSelf.{field})"
+        ))
+        .message(message)
+        .field_path(format!(".{field}")),
+    );
+}
+
 /// A transition rule on a required field or struct: it keeps its value forever.
 pub(crate) fn immutable(schema: &mut Schema, message: &str) {
     push(schema, Rule::new("self == oldSelf").message(message));

@@ -1,18 +1,21 @@
 //! The CSI driver over a real DAOS system: a static directory whose system has `backend:
 //! daos`. The controller creates each volume as a DAOS container through libdaos, granted to
-//! its tenant's principal; the node plugin gives each tenant a uid of its `--tenant-uids`
-//! range, records it with the agent's user map, and serves the volume with a libdfs worker
-//! running as that uid, which DAOS's agent vouches for and DAOS's ACLs judge.
+//! its tenant's principal; the node plugin gives each tenant the uid its directory entry
+//! names, or one of its `--tenant-uids` range, records it with the agent's user map, and
+//! serves the volume with a libdfs worker running as that uid, which DAOS's agent vouches
+//! for and DAOS's ACLs judge.
 
 mod common;
 
 use common::{can_mount, worker_bin};
-use dpufs_e2e::csi_bed::{BedOptions, CsiPlugins, tempdir};
+use dpufs_e2e::csi_bed::{BedOptions, CsiPlugins, tempdir, two_tenants};
 use dpufs_e2e::daos_system::{self, DaosSystem};
 use tonic::Code;
 
+/// team-a gets the first uid of the node's range.
 const TEAM_A: (u32, &str) = (20001, "team-a");
-const TEAM_B: (u32, &str) = (20002, "team-b");
+/// team-b's directory entry names its uid, outside the range.
+const TEAM_B: (u32, &str) = (30002, "team-b");
 
 #[tokio::test(flavor = "multi_thread")]
 async fn csi_volumes_are_served_as_their_tenants_uid_on_daos_2_8_0() {
@@ -33,7 +36,7 @@ async fn csi_volumes_are_served_as_their_tenants_uid_on_daos_2_6_5() {
 }
 
 /// The plugins over `daos`'s pool `tank` (the directory's pool `fast`), the node's tenant
-/// uids from 20001.
+/// uids from 20001, team-b's fixed at 30002.
 async fn plugins(daos: &DaosSystem) -> CsiPlugins {
     let pool = daos
         .dmg_json(&["pool", "query", "tank"])
@@ -69,7 +72,9 @@ async fn plugins(daos: &DaosSystem) -> CsiPlugins {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
         .expect("chmod the bed");
-    CsiPlugins::start(opts, dir, system, pool, node_args, env).await
+    let mut tenants = two_tenants();
+    tenants[1]["uid"] = TEAM_B.0.into();
+    CsiPlugins::start(opts, dir, system, pool, tenants, node_args, env).await
 }
 
 /// The uid a process runs as (`/proc/PID/status`, its real uid).
@@ -124,7 +129,7 @@ async fn csi_on_daos(test: &str, version: &str) {
     assert_eq!(served.len(), 1, "{served:?}");
     assert_eq!(worker_uid(&bed, &served[0].0), TEAM_A.0);
 
-    // team-b's volume gets the next uid of the range.
+    // team-b's volume gets the uid its directory entry names.
     let b = bed.create("pvc-b", "ns-b").await;
     let staging_b = bed.path("pod-b-globalmount");
     std::fs::create_dir_all(&staging_b).unwrap();

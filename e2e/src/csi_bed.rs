@@ -85,8 +85,8 @@ impl std::ops::DerefMut for Bed {
 }
 
 /// The keeper, and the controller and node plugins as processes with clients on their
-/// sockets, over any DAOS system a static directory describes (its pool `fast`, tenants
-/// `team-a` of namespace `ns-a`, the default, and `team-b` of `ns-b`).
+/// sockets, over any DAOS system a static directory describes (its pool `fast`, and the
+/// tenants of [`two_tenants`] or others).
 #[derive(Debug)]
 pub struct CsiPlugins {
     /// Everything of the bed; also the node plugin's `--mount-root`.
@@ -160,7 +160,16 @@ impl Bed {
             "--fabric-dir".into(),
             vol.fabric_dir.clone(),
         ];
-        let csi = CsiPlugins::start(opts, dir, system, &vol.pool, node_args, Vec::new()).await;
+        let csi = CsiPlugins::start(
+            opts,
+            dir,
+            system,
+            &vol.pool,
+            two_tenants(),
+            node_args,
+            Vec::new(),
+        )
+        .await;
         Bed { csi, vol }
     }
 
@@ -174,23 +183,22 @@ impl Bed {
 
 impl CsiPlugins {
     /// The plugins of `opts` in `dir`, with a static directory of `system` (its `system`
-    /// entry) whose pool `fast` is `pool`; `node_args` tell the node plugin the rest of
-    /// what it needs for that system, `env` is every process's environment.
+    /// entry) whose pool `fast` is `pool` and whose `tenants` may use it, `team-a` the
+    /// default; `node_args` tell the node plugin the rest of what it needs for that system,
+    /// `env` is every process's environment.
     pub async fn start(
         opts: BedOptions,
         dir: tempfile::TempDir,
         system: serde_json::Value,
         pool: impl std::fmt::Display,
+        tenants: serde_json::Value,
         node_args: Vec<PathBuf>,
         env: Vec<(String, String)>,
     ) -> CsiPlugins {
         let config = serde_json::json!({
             "system": system,
             "pools": {"fast": pool.to_string()},
-            "tenants": [
-                {"name": "team-a", "principal": "team-a@", "namespaces": ["ns-a"], "allowedPools": ["fast"]},
-                {"name": "team-b", "principal": "team-b@", "namespaces": ["ns-b"], "allowedPools": ["fast"]}
-            ],
+            "tenants": tenants,
             "defaultTenant": "team-a"
         });
         std::fs::write(dir.path().join("directory.json"), config.to_string())
@@ -485,6 +493,15 @@ impl CsiPlugins {
             Err(_) => vec![],
         }
     }
+}
+
+/// The bed's tenants: `team-a` of namespace `ns-a` and `team-b` of `ns-b`, both on the
+/// pool `fast`.
+pub fn two_tenants() -> serde_json::Value {
+    serde_json::json!([
+        {"name": "team-a", "principal": "team-a@", "namespaces": ["ns-a"], "allowedPools": ["fast"]},
+        {"name": "team-b", "principal": "team-b@", "namespaces": ["ns-b"], "allowedPools": ["fast"]}
+    ])
 }
 
 /// Sends one request line to a node socket and returns the answer line.

@@ -164,6 +164,21 @@ fn mutable_fields_can_change() {
 }
 
 #[test]
+fn a_tenant_uid_may_be_added_but_never_removed() {
+    let api = Api::new();
+    let fixed = sample("DaosTenant", "team-a");
+    let unset = changed(&fixed, &[("/spec/uid", Value::Null)]);
+    assert_eq!(api.check(&fixed, Some(&unset)), Vec::<String>::new());
+    let refused = api.check(&unset, Some(&fixed));
+    assert!(
+        refused
+            .iter()
+            .any(|m| m.contains("uid cannot be changed or removed")),
+        "{refused:?}"
+    );
+}
+
+#[test]
 fn deletion_policy_defaults_to_retain() {
     let pool = changed(
         &sample("DaosPool", "training"),

@@ -580,11 +580,14 @@ pub(crate) fn stage_code(e: &StageError) -> Code {
     }
 }
 
-/// A node with no tenant uid range, or a tenant whose principal names no user, cannot serve
-/// DAOS volumes until it is configured; a full range is exhausted; a damaged record is ours.
+/// A node with no tenant uid range, a tenant whose principal names no user, or two tenants
+/// naming one uid cannot serve DAOS volumes until they are configured; a full range is
+/// exhausted; a damaged record is ours.
 fn uid_code(e: &UidError) -> Code {
     match e {
-        UidError::NoRange | UidError::NotAUser(_) => Code::FailedPrecondition,
+        UidError::NoRange | UidError::NotAUser(_) | UidError::Taken { .. } => {
+            Code::FailedPrecondition
+        }
         UidError::Exhausted { .. } => Code::ResourceExhausted,
         UidError::Record { .. } => Code::Internal,
     }

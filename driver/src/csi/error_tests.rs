@@ -633,6 +633,16 @@ fn node_table() -> Vec<(CsiError, Code, &'static str)> {
             "--tenant-uids",
         ),
         (
+            S::TenantUid(UidError::Taken {
+                uid: 30001,
+                principal: "team-b@".into(),
+                holder: "team-a@".into(),
+            })
+            .into(),
+            Code::FailedPrecondition,
+            "another uid",
+        ),
+        (
             S::TenantUid(UidError::NotAUser("@".into())).into(),
             Code::FailedPrecondition,
             "names no DAOS user",

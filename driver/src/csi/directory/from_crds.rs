@@ -207,7 +207,20 @@ fn usable_tenant(t: &DaosTenant) -> Result<Tenant, DirectoryError> {
         name: t.name_any(),
         principal: t.spec.principal.clone(),
         allowed_pools: t.spec.allowed_pools.clone(),
+        uid: t.spec.uid,
     })
+}
+
+/// The DaosTenant named `name`, if there is one.
+pub fn tenant_named(
+    tenants: &[Arc<DaosTenant>],
+    name: &str,
+) -> Result<Option<Tenant>, DirectoryError> {
+    tenants
+        .iter()
+        .find(|t| t.name_any() == name)
+        .map(|t| usable_tenant(t))
+        .transpose()
 }
 
 #[cfg(test)]
@@ -259,7 +272,7 @@ mod tests {
             tenant_obj(
                 "team-r",
                 json!({"namespaceSelector": {"matchLabels": {"dpufs.io/tenant": "r"}},
-                       "principal": "team-r@", "allowedPools": ["fast", "bulk"]}),
+                       "principal": "team-r@", "allowedPools": ["fast", "bulk"], "uid": 30001}),
             ),
             tenant_obj(
                 "broken-selector",
@@ -267,6 +280,17 @@ mod tests {
                        "principal": "broken@", "allowedPools": ["fast"]}),
             ),
         ]
+    }
+
+    #[test]
+    fn tenants_are_found_by_name_with_their_uid() {
+        let t = tenants();
+        assert_eq!(
+            tenant_named(&t, "team-r").unwrap().unwrap().uid,
+            Some(30001)
+        );
+        assert_eq!(tenant_named(&t, "team-a").unwrap().unwrap().uid, None);
+        assert_eq!(tenant_named(&t, "gone").unwrap(), None);
     }
 
     #[test]
@@ -374,7 +398,8 @@ mod tests {
             Tenant {
                 name: "team-a".into(),
                 principal: "team-a@".into(),
-                allowed_pools: vec!["fast".into()]
+                allowed_pools: vec!["fast".into()],
+                uid: None,
             }
         );
         let labelled = namespace_view(Some(&ns("ml", json!({"dpufs.io/tenant": "r"}))), "ml");

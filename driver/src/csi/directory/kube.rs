@@ -240,4 +240,9 @@ impl Directory for KubeDirectory {
             None => from_crds::default_tenant(&tenants, self.default_tenant.as_deref()),
         }
     }
+
+    async fn tenant_named(&self, name: &str) -> Result<Option<Tenant>, DirectoryError> {
+        self.synced().await?;
+        from_crds::tenant_named(&self.tenants.state(), name)
+    }
 }

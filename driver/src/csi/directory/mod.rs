@@ -81,6 +81,10 @@ pub struct Tenant {
     pub principal: String,
     /// DaosPool names its volumes may be created in.
     pub allowed_pools: Vec<String>,
+    /// The uid its volume workers run as on every node, for systems served through libdfs;
+    /// `None`: each node gives one of its range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
 }
 
 /// What the directory cannot answer.
@@ -131,6 +135,9 @@ pub trait Directory: Send + Sync + 'static {
 
     /// The tenant of a PVC namespace; `None` (no namespace sent) gives the default tenant.
     async fn tenant(&self, namespace: Option<&str>) -> Result<Tenant, DirectoryError>;
+
+    /// The tenant named `name` (a DaosTenant name); `None` when there is none (any more).
+    async fn tenant_named(&self, name: &str) -> Result<Option<Tenant>, DirectoryError>;
 
     /// Every pool of `system` (where ListSnapshots looks).
     async fn pools(&self, system: &str) -> Result<Vec<PoolRef>, DirectoryError>;

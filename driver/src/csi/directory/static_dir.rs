@@ -83,6 +83,9 @@ pub struct StaticTenant {
     #[serde(default)]
     pub namespaces: Vec<String>,
     pub allowed_pools: Vec<String>,
+    /// The uid of the tenant's volume workers on every node (DaosTenant `spec.uid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
 }
 
 /// Why a [`StaticConfig`] cannot be used.
@@ -211,6 +214,20 @@ fn check(c: &StaticConfig) -> Result<(), ConfigError> {
         if t.allowed_pools.is_empty() {
             return err(format!("tenant {:?} has no allowedPools", t.name));
         }
+        if let Some(uid) = t.uid {
+            if !(1000..u32::MAX).contains(&uid) {
+                return err(format!(
+                    "tenant {:?}: uid {uid} is a system account's; use 1000 or above",
+                    t.name
+                ));
+            }
+            if let Some(other) = c.tenants[..i].iter().find(|u| u.uid == Some(uid)) {
+                return err(format!(
+                    "tenants {:?} and {:?} have the same uid {uid}",
+                    other.name, t.name
+                ));
+            }
+        }
         for p in &t.allowed_pools {
             if !c.pools.contains_key(p) {
                 return err(format!(
@@ -247,6 +264,7 @@ fn tenant_of(t: &StaticTenant) -> Tenant {
         name: t.name.clone(),
         principal: t.principal.clone(),
         allowed_pools: t.allowed_pools.clone(),
+        uid: t.uid,
     }
 }
 
@@ -318,6 +336,15 @@ impl Directory for StaticDirectory {
         };
         Ok(tenant_of(found))
     }
+
+    async fn tenant_named(&self, name: &str) -> Result<Option<Tenant>, DirectoryError> {
+        Ok(self
+            .config
+            .tenants
+            .iter()
+            .find(|t| t.name == name)
+            .map(tenant_of))
+    }
 }
 
 #[cfg(test)]
@@ -362,6 +389,11 @@ mod tests {
         ));
         assert_eq!(d.tenant(Some("ns-a2")).await.unwrap().principal, "team-a@");
         assert_eq!(d.tenant(None).await.unwrap().name, "b");
+        assert_eq!(
+            d.tenant_named("a").await.unwrap().unwrap().principal,
+            "team-a@"
+        );
+        assert_eq!(d.tenant_named("gone").await.unwrap(), None);
         assert_eq!(
             d.tenant(Some("elsewhere")).await.unwrap_err(),
             DirectoryError::NoTenant("elsewhere".into())
@@ -414,6 +446,14 @@ mod tests {
             (
                 Box::new(|c| c.tenants[0].namespaces.push("Bad_NS".into())),
                 "namespace name",
+            ),
+            (Box::new(|c| c.tenants[0].uid = Some(0)), "system account"),
+            (
+                Box::new(|c| {
+                    c.tenants[0].uid = Some(20001);
+                    c.tenants[1].uid = Some(20001);
+                }),
+                "the same uid 20001",
             ),
         ];
         for (change, want) in cases {

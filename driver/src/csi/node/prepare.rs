@@ -291,7 +291,10 @@ impl Stager {
                 data_endpoint.ok_or_else(|| StageError::NoDataEndpoint(id.system.clone()))?,
             ),
             VolumeAccess::Daos { lib } => {
-                let uid = self.uids.uid_of(&volume.principal)?;
+                // A tenant deleted since keeps the uid this node gave it.
+                let named = self.dir.tenant_named(&volume.tenant).await?;
+                let fixed = named.and_then(|t| t.uid);
+                let uid = self.uids.uid_of(&volume.principal, fixed)?;
                 ServedBy::Daos { lib, uid }
             }
         };

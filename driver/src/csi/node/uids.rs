@@ -2,10 +2,11 @@
 //! libdfs (`backend: daos`): DAOS's agent identifies a process by the uid it connects with,
 //! so each tenant needs a uid of its own, the same for all its volumes on this node.
 //!
-//! The node plugin takes them from a range it is given (`--tenant-uids 20000-20999`), the
-//! lowest free one first, and records the mapping in `<state-dir>/csi/tenant-uids.json`
-//! before any worker runs under it: a restarted plugin, or one whose range changed, keeps
-//! the uids it gave. Next to the record it writes what the node's `daos_agent` must be told
+//! A tenant whose DaosTenant names a `uid` gets that one on every node. Otherwise the node
+//! plugin takes one from a range it is given (`--tenant-uids 20000-20999`), the lowest free
+//! one first. Either way it records the mapping in `<state-dir>/csi/tenant-uids.json` before
+//! any worker runs under it: a restarted plugin, or one whose range changed, keeps the uids
+//! it gave. Next to the record it writes what the node's `daos_agent` must be told
 //! (docs/real-daos.md, "Tenants and uids"): `agent-user-map.yaml`, the `client_user_map` of
 //! DAOS 2.8's agent, and `tenant-users.passwd` / `tenant-users.group`, the name-service
 //! entries DAOS 2.6's agent needs instead.
@@ -76,6 +77,15 @@ pub enum UidError {
     Exhausted { range: UidRange, taken: usize },
     #[error("principal {0:?} names no DAOS user (expected name@)")]
     NotAUser(String),
+    #[error(
+        "uid {uid}, which the DaosTenant of {principal:?} names, is this node's uid of \
+         {holder:?} already; give the tenant another uid"
+    )]
+    Taken {
+        uid: u32,
+        principal: String,
+        holder: String,
+    },
     #[error("the tenant uid record {path}: {detail}")]
     Record { path: PathBuf, detail: String },
 }
@@ -115,28 +125,51 @@ impl TenantUids {
         })
     }
 
-    /// The uid of `principal`'s workers: the one recorded, or the lowest free one of the
-    /// range, recorded (with the agent's files) before it is returned.
-    pub fn uid_of(&self, principal: &str) -> Result<u32, UidError> {
+    /// The uid of `principal`'s workers: `fixed` (what its DaosTenant names) when there is
+    /// one, else the one recorded, else the lowest free one of the range; recorded (with the
+    /// agent's files) before it is returned. A fixed uid replaces one the node gave before:
+    /// workers already running keep theirs until they are restarted.
+    pub fn uid_of(&self, principal: &str, fixed: Option<u32>) -> Result<u32, UidError> {
         let user = user_name(principal)?;
         let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(uid) = record.uids.get(principal) {
-            return Ok(*uid);
-        }
-        let range = self.range.ok_or(UidError::NoRange)?;
-        let taken: std::collections::BTreeSet<u32> = record.uids.values().copied().collect();
-        let uid = (range.first..=range.last)
-            .find(|u| !taken.contains(u))
-            .ok_or(UidError::Exhausted {
-                range,
-                taken: taken.len(),
-            })?;
+        let recorded = record.uids.get(principal).copied();
+        let uid = match (fixed, recorded) {
+            (Some(uid), Some(was)) if uid == was => return Ok(uid),
+            (None, Some(was)) => return Ok(was),
+            (Some(uid), _) => {
+                let holder = record
+                    .uids
+                    .iter()
+                    .find(|(p, u)| **u == uid && *p != principal);
+                if let Some((holder, _)) = holder {
+                    return Err(UidError::Taken {
+                        uid,
+                        principal: principal.to_string(),
+                        holder: holder.clone(),
+                    });
+                }
+                uid
+            }
+            (None, None) => self.free_uid(&record)?,
+        };
         let mut next = record.clone();
         next.uids.insert(principal.to_string(), uid);
         self.write(&next)?;
         *record = next;
         tracing::info!(principal, user, uid, "tenant uid given");
         Ok(uid)
+    }
+
+    /// The lowest uid of the range no principal has.
+    fn free_uid(&self, record: &Record) -> Result<u32, UidError> {
+        let range = self.range.ok_or(UidError::NoRange)?;
+        let taken: std::collections::BTreeSet<u32> = record.uids.values().copied().collect();
+        (range.first..=range.last)
+            .find(|u| !taken.contains(u))
+            .ok_or(UidError::Exhausted {
+                range,
+                taken: taken.len(),
+            })
     }
 
     /// Every recorded principal and its uid.
@@ -257,30 +290,56 @@ mod tests {
     fn a_tenant_keeps_its_uid_and_the_next_gets_the_lowest_free() {
         let dir = tempfile::tempdir().unwrap();
         let uids = TenantUids::open(dir.path(), Some(range("20001-20003"))).unwrap();
-        assert_eq!(uids.uid_of("team-a@").unwrap(), 20001);
-        assert_eq!(uids.uid_of("team-b@").unwrap(), 20002);
-        assert_eq!(uids.uid_of("team-a@").unwrap(), 20001);
+        assert_eq!(uids.uid_of("team-a@", None).unwrap(), 20001);
+        assert_eq!(uids.uid_of("team-b@", None).unwrap(), 20002);
+        assert_eq!(uids.uid_of("team-a@", None).unwrap(), 20001);
         // A restarted plugin, even with another range, keeps what it gave.
         let again = TenantUids::open(dir.path(), Some(range("30000-30001"))).unwrap();
-        assert_eq!(again.uid_of("team-b@").unwrap(), 20002);
-        assert_eq!(again.uid_of("team-c@").unwrap(), 30000);
+        assert_eq!(again.uid_of("team-b@", None).unwrap(), 20002);
+        assert_eq!(again.uid_of("team-c@", None).unwrap(), 30000);
         assert_eq!(again.all().len(), 3);
+    }
+
+    #[test]
+    fn a_uid_the_tenant_names_wins_and_is_never_shared() {
+        let dir = tempfile::tempdir().unwrap();
+        // No range at all: named uids need none.
+        let uids = TenantUids::open(dir.path(), None).unwrap();
+        assert_eq!(uids.uid_of("team-a@", Some(30001)).unwrap(), 30001);
+        assert_eq!(uids.uid_of("team-a@", Some(30001)).unwrap(), 30001);
+        let err = uids.uid_of("team-b@", Some(30001)).unwrap_err();
+        assert!(matches!(err, UidError::Taken { uid: 30001, .. }), "{err}");
+        assert!(err.to_string().contains("team-a@"), "{err}");
+        // A uid named later replaces the one the node gave.
+        let ranged = TenantUids::open(
+            tempfile::tempdir().unwrap().path(),
+            Some(range("20001-20009")),
+        )
+        .unwrap();
+        assert_eq!(ranged.uid_of("team-c@", None).unwrap(), 20001);
+        assert_eq!(ranged.uid_of("team-c@", Some(30003)).unwrap(), 30003);
+        assert_eq!(ranged.uid_of("team-c@", None).unwrap(), 30003);
+        assert_eq!(
+            ranged.uid_of("team-d@", None).unwrap(),
+            20001,
+            "20001 is free again"
+        );
     }
 
     #[test]
     fn an_exhausted_or_missing_range_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
         let uids = TenantUids::open(dir.path(), Some(range("20001-20001"))).unwrap();
-        uids.uid_of("team-a@").unwrap();
-        let err = uids.uid_of("team-b@").unwrap_err();
+        uids.uid_of("team-a@", None).unwrap();
+        let err = uids.uid_of("team-b@", None).unwrap_err();
         assert!(matches!(err, UidError::Exhausted { taken: 1, .. }), "{err}");
         assert!(err.to_string().contains("--tenant-uids"), "{err}");
         // Refused tenants are not recorded.
         assert_eq!(uids.all().len(), 1);
         let none = TenantUids::open(tempfile::tempdir().unwrap().path(), None).unwrap();
-        assert_eq!(none.uid_of("team-a@").unwrap_err(), UidError::NoRange);
+        assert_eq!(none.uid_of("team-a@", None).unwrap_err(), UidError::NoRange);
         assert!(matches!(
-            uids.uid_of("@").unwrap_err(),
+            uids.uid_of("@", None).unwrap_err(),
             UidError::NotAUser(_)
         ));
     }
@@ -289,8 +348,8 @@ mod tests {
     fn the_agent_files_name_every_recorded_uid() {
         let dir = tempfile::tempdir().unwrap();
         let uids = TenantUids::open(dir.path(), Some(range("20001-20009"))).unwrap();
-        uids.uid_of("team-b@").unwrap();
-        uids.uid_of("team-a@example").unwrap();
+        uids.uid_of("team-b@", None).unwrap();
+        uids.uid_of("team-a@example", None).unwrap();
         let read = |name| std::fs::read_to_string(dir.path().join(name)).unwrap();
         assert_eq!(
             read(AGENT_MAP).lines().skip(1).collect::<Vec<_>>(),
