@@ -96,6 +96,19 @@ pub enum UidError {
 struct Record {
     /// DAOS user principal (`name@`) → uid.
     uids: BTreeMap<String, u32>,
+    /// Uids a principal had before its DaosTenant named another, → that principal: workers
+    /// started before may still run as them, so they are never given to another tenant and
+    /// stay in the agent's files.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    retired: BTreeMap<u32, String>,
+}
+
+impl Record {
+    /// Every uid given and who has it, retired ones included.
+    fn holders(&self) -> impl Iterator<Item = (&str, u32)> {
+        let current = self.uids.iter().map(|(p, u)| (p.as_str(), *u));
+        current.chain(self.retired.iter().map(|(u, p)| (p.as_str(), *u)))
+    }
 }
 
 /// The node's tenant uids: the range, and the record of what was given.
@@ -127,8 +140,9 @@ impl TenantUids {
 
     /// The uid of `principal`'s workers: `fixed` (what its DaosTenant names) when there is
     /// one, else the one recorded, else the lowest free one of the range; recorded (with the
-    /// agent's files) before it is returned. A fixed uid replaces one the node gave before:
-    /// workers already running keep theirs until they are restarted.
+    /// agent's files) before it is returned. A fixed uid replaces one the node gave before
+    /// for new workers; the old one is retired, never given again (workers started before
+    /// may still run as it).
     pub fn uid_of(&self, principal: &str, fixed: Option<u32>) -> Result<u32, UidError> {
         let user = user_name(principal)?;
         let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
@@ -137,15 +151,12 @@ impl TenantUids {
             (Some(uid), Some(was)) if uid == was => return Ok(uid),
             (None, Some(was)) => return Ok(was),
             (Some(uid), _) => {
-                let holder = record
-                    .uids
-                    .iter()
-                    .find(|(p, u)| **u == uid && *p != principal);
+                let holder = record.holders().find(|(p, u)| *u == uid && *p != principal);
                 if let Some((holder, _)) = holder {
                     return Err(UidError::Taken {
                         uid,
                         principal: principal.to_string(),
-                        holder: holder.clone(),
+                        holder: holder.to_string(),
                     });
                 }
                 uid
@@ -153,6 +164,10 @@ impl TenantUids {
             (None, None) => self.free_uid(&record)?,
         };
         let mut next = record.clone();
+        if let Some(was) = recorded {
+            next.retired.insert(was, principal.to_string());
+        }
+        next.retired.remove(&uid);
         next.uids.insert(principal.to_string(), uid);
         self.write(&next)?;
         *record = next;
@@ -160,10 +175,10 @@ impl TenantUids {
         Ok(uid)
     }
 
-    /// The lowest uid of the range no principal has.
+    /// The lowest uid of the range no principal has or had.
     fn free_uid(&self, record: &Record) -> Result<u32, UidError> {
         let range = self.range.ok_or(UidError::NoRange)?;
-        let taken: std::collections::BTreeSet<u32> = record.uids.values().copied().collect();
+        let taken: std::collections::BTreeSet<u32> = record.holders().map(|(_, u)| u).collect();
         (range.first..=range.last)
             .find(|u| !taken.contains(u))
             .ok_or(UidError::Exhausted {
@@ -188,9 +203,9 @@ impl TenantUids {
             detail: e.to_string(),
         })?;
         let files = [
-            (AGENT_MAP, agent_user_map(&record.uids)),
-            (PASSWD, passwd(&record.uids)),
-            (GROUP, group(&record.uids)),
+            (AGENT_MAP, agent_user_map(record)),
+            (PASSWD, passwd(record)),
+            (GROUP, group(record)),
         ];
         for (name, text) in files {
             let path = self.dir.join(name);
@@ -216,30 +231,30 @@ fn user_name(principal: &str) -> Result<&str, UidError> {
 }
 
 /// Name → uid, in uid order (principals were checked when they were recorded).
-fn users(uids: &BTreeMap<String, u32>) -> Vec<(&str, u32)> {
-    let mut users: Vec<(&str, u32)> = uids
-        .iter()
-        .filter_map(|(p, u)| Some((user_name(p).ok()?, *u)))
+fn users(record: &Record) -> Vec<(&str, u32)> {
+    let mut users: Vec<(&str, u32)> = record
+        .holders()
+        .filter_map(|(p, u)| Some((user_name(p).ok()?, u)))
         .collect();
     users.sort_by_key(|(_, u)| *u);
     users
 }
 
 /// The `credential_config` section of a DAOS 2.8 agent's configuration naming every uid.
-fn agent_user_map(uids: &BTreeMap<String, u32>) -> String {
+fn agent_user_map(record: &Record) -> String {
     let mut out = String::from(
         "# Written by dpufs-csi node: the tenant uids of this node, for daos_agent.yml (DAOS 2.8+).\n\
          credential_config:\n  client_user_map:\n",
     );
-    for (user, uid) in users(uids) {
+    for (user, uid) in users(record) {
         out += &format!("    {uid}:\n      user: {user}\n      group: {user}\n");
     }
     out
 }
 
 /// passwd(5) lines, one per tenant user, with no login.
-fn passwd(uids: &BTreeMap<String, u32>) -> String {
-    users(uids)
+fn passwd(record: &Record) -> String {
+    users(record)
         .into_iter()
         .map(|(user, uid)| {
             format!("{user}:x:{uid}:{uid}:dpufs tenant:/nonexistent:/usr/sbin/nologin\n")
@@ -248,8 +263,8 @@ fn passwd(uids: &BTreeMap<String, u32>) -> String {
 }
 
 /// group(5) lines, one group per tenant user.
-fn group(uids: &BTreeMap<String, u32>) -> String {
-    users(uids)
+fn group(record: &Record) -> String {
+    users(record)
         .into_iter()
         .map(|(user, uid)| format!("{user}:x:{uid}:\n"))
         .collect()
@@ -311,18 +326,20 @@ mod tests {
         assert!(matches!(err, UidError::Taken { uid: 30001, .. }), "{err}");
         assert!(err.to_string().contains("team-a@"), "{err}");
         // A uid named later replaces the one the node gave.
-        let ranged = TenantUids::open(
-            tempfile::tempdir().unwrap().path(),
-            Some(range("20001-20009")),
-        )
-        .unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let ranged = TenantUids::open(other.path(), Some(range("20001-20009"))).unwrap();
         assert_eq!(ranged.uid_of("team-c@", None).unwrap(), 20001);
         assert_eq!(ranged.uid_of("team-c@", Some(30003)).unwrap(), 30003);
         assert_eq!(ranged.uid_of("team-c@", None).unwrap(), 30003);
+        // Workers of team-c may still run as 20001: nobody else gets it, and the agent keeps
+        // naming it.
+        assert_eq!(ranged.uid_of("team-d@", None).unwrap(), 20002);
+        let err = ranged.uid_of("team-e@", Some(20001)).unwrap_err();
+        assert!(matches!(err, UidError::Taken { uid: 20001, .. }), "{err}");
+        let record = ranged.record.lock().unwrap().clone();
         assert_eq!(
-            ranged.uid_of("team-d@", None).unwrap(),
-            20001,
-            "20001 is free again"
+            users(&record),
+            [("team-c", 20001), ("team-d", 20002), ("team-c", 30003)]
         );
     }
 
