@@ -69,7 +69,7 @@ pub struct DaosSystemSpec {
     /// `engine` (the default) through the embedded engine's container service; `daos`
     /// through DAOS's own libdaos and libdfs, for a real DAOS system, which needs the
     /// operator started with `--daos-lib` next to a DAOS agent (docs/real-daos.md).
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(default, skip_serializing_if = "DaosBackend::is_engine")]
     pub backend: DaosBackend,
 }
 
@@ -84,8 +84,11 @@ pub enum DaosBackend {
     Daos,
 }
 
-fn is_default(b: &DaosBackend) -> bool {
-    *b == DaosBackend::Engine
+impl DaosBackend {
+    /// The default, which serialized objects leave out.
+    pub fn is_engine(&self) -> bool {
+        *self == DaosBackend::Engine
+    }
 }
 
 fn default_system_name() -> String {

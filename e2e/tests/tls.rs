@@ -35,12 +35,11 @@ fn client(addr: &str, dir: &Path, component: &str) -> Result<MgmtClient, DaosErr
     MgmtClient::new(ClientConfig::new(vec![addr.into()]).with_tls(TlsFiles::in_dir(dir, component)))
 }
 
-/// A raw TLS handshake with the admin certificate and a custom offer.
-fn raw_handshake(
-    addr: &str,
+/// A client configuration with the admin certificate, the offer changed by `tweak`.
+fn admin_tls(
     dir: &Path,
     tweak: impl FnOnce(&mut openssl::ssl::SslConnectorBuilder),
-) -> bool {
+) -> openssl::ssl::ConnectConfiguration {
     let mut b = SslConnector::builder(SslMethod::tls_client()).unwrap();
     b.set_ca_file(dir.join("daosCA.crt")).unwrap();
     b.set_certificate_chain_file(dir.join("admin.crt")).unwrap();
@@ -50,8 +49,17 @@ fn raw_handshake(
     tweak(&mut b);
     let mut config = b.build().configure().unwrap();
     config.set_verify_hostname(false);
+    config
+}
+
+/// A raw TLS handshake with the admin certificate and a custom offer.
+fn raw_handshake(
+    addr: &str,
+    dir: &Path,
+    tweak: impl FnOnce(&mut openssl::ssl::SslConnectorBuilder),
+) -> bool {
     let tcp = std::net::TcpStream::connect(addr).unwrap();
-    config.connect("daos", tcp).is_ok()
+    admin_tls(dir, tweak).connect("daos", tcp).is_ok()
 }
 
 #[tokio::test]
@@ -241,14 +249,7 @@ fn closed(mut conn: impl std::io::Read) -> bool {
 
 /// A TLS connection as the admin, finished, that has said nothing yet.
 fn tls_connection(addr: &str, dir: &Path) -> openssl::ssl::SslStream<std::net::TcpStream> {
-    let mut b = SslConnector::builder(SslMethod::tls_client()).unwrap();
-    b.set_ca_file(dir.join("daosCA.crt")).unwrap();
-    b.set_certificate_chain_file(dir.join("admin.crt")).unwrap();
-    b.set_private_key_file(dir.join("admin.key"), SslFiletype::PEM)
-        .unwrap();
-    b.set_alpn_protos(b"\x02h2").unwrap();
-    let mut config = b.build().configure().unwrap();
-    config.set_verify_hostname(false);
+    let config = admin_tls(dir, |b| b.set_alpn_protos(b"\x02h2").unwrap());
     let tcp = std::net::TcpStream::connect(addr).unwrap();
     tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();

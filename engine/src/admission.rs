@@ -127,10 +127,10 @@ impl Connected for Prefaced<TcpStream> {
     }
 }
 
-impl<S: Connected> Prefaced<S> {
-    /// What the stream says of its peer.
-    pub fn peer(&self) -> S::ConnectInfo {
-        self.stream.connect_info()
+impl<S> Prefaced<S> {
+    /// The stream underneath.
+    pub fn get_ref(&self) -> &S {
+        &self.stream
     }
 }
 

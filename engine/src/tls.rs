@@ -11,8 +11,6 @@ use openssl::ssl::{AlpnError, SslAcceptor, SslFiletype, SslMethod, SslVerifyMode
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_openssl::SslStream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -51,60 +49,27 @@ pub fn acceptor(dir: &Path) -> anyhow::Result<SslAcceptor> {
     Ok(b.build())
 }
 
-/// An accepted, handshaken TLS connection carrying its peer's CN.
-#[derive(Debug)]
-pub struct TlsConn {
-    stream: SslStream<TcpStream>,
-    cn: String,
-}
+/// A TLS connection: accepted, handshaken, and its HTTP/2 preface read.
+pub type TlsConn = Prefaced<SslStream<TcpStream>>;
 
+/// Each RPC learns the CN of the client certificate it came with.
 impl Connected for TlsConn {
     type ConnectInfo = PeerCn;
     fn connect_info(&self) -> PeerCn {
-        PeerCn(self.cn.clone())
+        let cn = self.get_ref().ssl().peer_certificate().and_then(|c| {
+            let entry = c.subject_name().entries_by_nid(Nid::COMMONNAME).next()?;
+            entry.data().to_string().ok()
+        });
+        PeerCn(cn.unwrap_or_default())
     }
 }
 
-impl AsyncRead for TlsConn {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for TlsConn {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
-
-async fn handshake(acceptor: &SslAcceptor, tcp: TcpStream) -> anyhow::Result<TlsConn> {
+async fn handshake(acceptor: &SslAcceptor, tcp: TcpStream) -> anyhow::Result<SslStream<TcpStream>> {
     tcp.set_nodelay(true)?;
     let ssl = openssl::ssl::Ssl::new(acceptor.context())?;
     let mut stream = SslStream::new(ssl, tcp)?;
     Pin::new(&mut stream).accept().await?;
-    let cn = stream
-        .ssl()
-        .peer_certificate()
-        .and_then(|c| {
-            let entry = c.subject_name().entries_by_nid(Nid::COMMONNAME).next()?;
-            entry.data().to_string().ok()
-        })
-        .unwrap_or_default();
-    Ok(TlsConn { stream, cn })
+    Ok(stream)
 }
 
 /// Connections that completed the handshake and started HTTP/2 within `limits`
@@ -113,19 +78,12 @@ pub fn incoming(
     listener: TcpListener,
     acceptor: SslAcceptor,
     limits: AdmissionLimits,
-) -> ReceiverStream<std::io::Result<Prefaced<TlsConn>>> {
+) -> ReceiverStream<std::io::Result<TlsConn>> {
     let acceptor = Arc::new(acceptor);
     admission::incoming(listener, limits, move |tcp| {
         let acceptor = acceptor.clone();
         async move { handshake(&acceptor, tcp).await }
     })
-}
-
-impl Connected for Prefaced<TlsConn> {
-    type ConnectInfo = PeerCn;
-    fn connect_info(&self) -> PeerCn {
-        self.peer()
-    }
 }
 
 #[cfg(test)]

@@ -270,19 +270,12 @@ impl<D: RdmaDevice> Connection<D> {
         }
         // A reconnect presents the newest capability: no rotation is left to do.
         self.rotation_due.store(false, Ordering::Release);
-        let capability = lock(&self.capability).clone();
-        let connect_deadline = deadline.min(Instant::now() + self.shared.config.connect_timeout);
-        match handshake::connect(&self.shared, self.peer, &capability, connect_deadline) {
+        match self.install_new_link(deadline) {
             Ok(link) => {
-                let link = Arc::new(link);
                 rc.failures = 0;
                 rc.next_attempt = None;
                 bump(&self.shared.counters.reconnects);
                 tracing::info!(peer = %self.peer, qp = link.qp_num(), "reconnected");
-                *self
-                    .link
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(link.clone());
                 Ok(link)
             }
             Err(e) => {
@@ -292,6 +285,24 @@ impl<D: RdmaDevice> Connection<D> {
                 Err(e)
             }
         }
+    }
+
+    /// Makes a new link presenting the current capability (within the connect timeout and
+    /// `deadline`) and makes it the connection's; the caller holds the reconnect lock.
+    fn install_new_link(&self, deadline: Instant) -> Result<Arc<Link<D>>, SessionError> {
+        let capability = lock(&self.capability).clone();
+        let connect_deadline = deadline.min(Instant::now() + self.shared.config.connect_timeout);
+        let link = Arc::new(handshake::connect(
+            &self.shared,
+            self.peer,
+            &capability,
+            connect_deadline,
+        )?);
+        *self
+            .link
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(link.clone());
+        Ok(link)
     }
 
     /// Moves the connection from `old`, still alive, to a new link presenting the renewed
@@ -307,11 +318,8 @@ impl<D: RdmaDevice> Connection<D> {
             // Another call moved first.
             return self.current().filter(|l| l.alive()).unwrap_or(old);
         }
-        let capability = lock(&self.capability).clone();
-        let connect_deadline = deadline.min(Instant::now() + self.shared.config.connect_timeout);
-        match handshake::connect(&self.shared, self.peer, &capability, connect_deadline) {
+        match self.install_new_link(deadline) {
             Ok(link) => {
-                let link = Arc::new(link);
                 rc.next_rotation = None;
                 bump(&self.shared.counters.rotations);
                 tracing::info!(
@@ -320,10 +328,6 @@ impl<D: RdmaDevice> Connection<D> {
                     old_qp = old.qp_num(),
                     "presenting the renewed capability on a new QP"
                 );
-                *self
-                    .link
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(link.clone());
                 link
             }
             Err(e) => {

@@ -62,12 +62,8 @@ pub struct StaticSystem {
     /// `engine` (the default): volumes through the embedded engine at `dataEndpoint`;
     /// `daos`: a real DAOS system, containers through libdaos and volumes through libdfs
     /// (the plugins need `--daos-lib`, nodes `--tenant-uids`).
-    #[serde(default, skip_serializing_if = "is_engine")]
+    #[serde(default, skip_serializing_if = "DaosBackend::is_engine")]
     pub backend: DaosBackend,
-}
-
-fn is_engine(b: &DaosBackend) -> bool {
-    *b == DaosBackend::Engine
 }
 
 fn default_system_name() -> String {

@@ -227,11 +227,6 @@ impl Stager {
         &self.dir
     }
 
-    /// The node agent signing the workers' capabilities.
-    pub fn agent(&self) -> &NodeAgent {
-        &self.agent
-    }
-
     /// The files of `id`.
     pub fn files(&self, id: &VolumeId) -> VolumeFiles {
         VolumeFiles::of(&self.records_dir(), id)
