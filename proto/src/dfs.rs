@@ -174,6 +174,24 @@ pub fn without_set_id(mode: u32, caller_in_group: bool) -> u32 {
     mode & !kill
 }
 
+/// The mode and group a new object gets in a directory of mode `parent_mode` and group
+/// `parent_gid`, asked for with `mode` (type and permission bits) and the caller's `gid`: in
+/// a set-group-ID directory it takes the directory's group, and a new directory is
+/// set-group-ID too (Linux's `inode_init_owner`).
+pub fn owner_in_dir(parent_mode: u32, parent_gid: u32, mode: u32, gid: u32) -> (u32, u32) {
+    const S_ISGID: u32 = 0o2000;
+    const S_IFMT: u32 = 0o170000;
+    const S_IFDIR: u32 = 0o040000;
+    if parent_mode & S_ISGID == 0 {
+        return (mode, gid);
+    }
+    if mode & S_IFMT == S_IFDIR {
+        (mode | S_ISGID, parent_gid)
+    } else {
+        (mode, parent_gid)
+    }
+}
+
 /// Checks an entry name as DFS does: a single path component (not empty, `.`, `..`, no `/` or
 /// NUL: EINVAL) of at most [`NAME_MAX`] bytes (ENAMETOOLONG).
 pub fn check_name(name: &str) -> DfsResult<()> {

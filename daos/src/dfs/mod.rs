@@ -40,7 +40,7 @@ pub const S_IFLNK: u32 = 0o120000;
 
 pub use dpufs_proto::dfs::{
     DfsError, DfsResult, Errno, MAX_IO, NAME_MAX, READDIR_BATCH, SYMLINK_MAX, XATTR_LIST_MAX,
-    XATTR_VALUE_MAX, check_name, without_set_id,
+    XATTR_VALUE_MAX, check_name, owner_in_dir, without_set_id,
 };
 
 /// A point in time: seconds and nanoseconds since the Unix epoch.
@@ -241,6 +241,16 @@ pub trait Dfs: Send + Sync {
     /// it; the default asks for the attributes.
     fn holds(&self, oid: Oid) -> DfsResult<()> {
         self.getattr(oid).map(drop)
+    }
+
+    /// The mode and group of a new object (type and permission bits `mode`) that a caller
+    /// in group `gid` makes in `parent`: the directory's group in a set-group-ID directory
+    /// (see [`owner_in_dir`]). The default reads the parent's attributes; a backend whose
+    /// create, mkdir and symlink apply the rule themselves, in the same request, passes
+    /// `mode` and `gid` through without asking.
+    fn owner_in(&self, parent: Oid, mode: u32, gid: u32) -> DfsResult<(u32, u32)> {
+        let p = self.getattr(parent)?;
+        Ok(owner_in_dir(p.mode, p.gid, mode, gid))
     }
 
     /// [`Dfs::readdir`] with each entry's attributes where the backend has them at no

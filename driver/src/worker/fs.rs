@@ -23,7 +23,7 @@ use super::dfs_io::DfsIo;
 use super::stats::{Op, Stats};
 use super::throttle::Throttle;
 use dpufs_daos::dfs::{
-    Attr, Dfs, DfsError, Errno, Oid, ROOT_OID, S_IFDIR, S_IFMT, S_IFREG, SetAttr, TimeSet,
+    Attr, Dfs, DfsError, Errno, Oid, ROOT_OID, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, SetAttr, TimeSet,
     Timespec, XattrMode, mode_without_set_id,
 };
 use dpufs_node_api::control::FsUsage;
@@ -453,14 +453,12 @@ impl DfsFs {
         }
     }
 
-    /// Owner of a new object: the caller, with the group of a set-group-ID parent directory.
-    fn new_owner(&self, ctx: &Context, parent: Oid) -> io::Result<(u32, u32, bool)> {
-        let p = self.dfs.getattr(parent).map_err(err)?;
-        if p.mode & libc::S_ISGID != 0 {
-            Ok((ctx.uid, p.gid, true))
-        } else {
-            Ok((ctx.uid, ctx.gid, false))
-        }
+    /// Owner and mode of a new object of type and permission bits `mode`: the caller, with
+    /// the group of a set-group-ID parent directory (the backend decides whether that costs a
+    /// read of the parent: the engine applies the rule in the create itself).
+    fn new_owner(&self, ctx: &Context, parent: Oid, mode: u32) -> io::Result<(u32, u32, u32)> {
+        let (mode, gid) = self.dfs.owner_in(parent, mode, ctx.gid).map_err(err)?;
+        Ok((ctx.uid, gid, mode & 0o7777))
     }
 
     /// open(O_TRUNC): truncates, and with `FOPEN_IN_KILL_SUIDGID` in `fuse_flags` (a caller
@@ -680,7 +678,7 @@ impl FileSystem for DfsFs {
         self.op(Op::Symlink, || {
             self.check_writable()?;
             let (name, target) = (name_str(name)?, name_str(linkname)?);
-            let (uid, gid, _) = self.new_owner(ctx, parent)?;
+            let (uid, gid, _) = self.new_owner(ctx, parent, S_IFLNK | 0o777)?;
             let a = self
                 .dfs
                 .symlink(parent, name, target, uid, gid)
@@ -705,11 +703,8 @@ impl FileSystem for DfsFs {
                 return Err(errno(libc::EPERM));
             }
             let name = name_str(name)?;
-            let (uid, gid, _) = self.new_owner(ctx, parent)?;
-            let a = self
-                .dfs
-                .create(parent, name, mode & 0o7777, uid, gid)
-                .map_err(err)?;
+            let (uid, gid, mode) = self.new_owner(ctx, parent, mode)?;
+            let a = self.dfs.create(parent, name, mode, uid, gid).map_err(err)?;
             self.created(a)
         })
     }
@@ -725,11 +720,7 @@ impl FileSystem for DfsFs {
         self.op(Op::Mkdir, || {
             self.check_writable()?;
             let name = name_str(name)?;
-            let (uid, gid, setgid) = self.new_owner(ctx, parent)?;
-            let mut mode = mode & 0o7777;
-            if setgid {
-                mode |= libc::S_ISGID;
-            }
+            let (uid, gid, mode) = self.new_owner(ctx, parent, S_IFDIR | mode)?;
             let a = self.dfs.mkdir(parent, name, mode, uid, gid).map_err(err)?;
             self.created(a)
         })
@@ -817,8 +808,8 @@ impl FileSystem for DfsFs {
         self.op(Op::Create, || {
             self.check_writable()?;
             let name = name_str(name)?;
-            let (uid, gid, _) = self.new_owner(ctx, parent)?;
-            let entry = match self.dfs.create(parent, name, args.mode & 0o7777, uid, gid) {
+            let (uid, gid, mode) = self.new_owner(ctx, parent, S_IFREG | args.mode)?;
+            let entry = match self.dfs.create(parent, name, mode, uid, gid) {
                 Ok(a) => self.created(a)?,
                 // open(O_CREAT) without O_EXCL on a name that appeared since the kernel's
                 // lookup: open what is there, as a local file system would.

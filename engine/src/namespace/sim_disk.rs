@@ -31,6 +31,8 @@ pub struct SimDisk {
 struct WriteSwitch {
     state: Mutex<SwitchState>,
     released: std::sync::Condvar,
+    /// Syncs of data files so far.
+    syncs: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -102,6 +104,11 @@ impl DiskFile for SimFile {
         Ok(self.0.lock().expect("sim file").volatile.len() as u64)
     }
     fn sync(&self) -> io::Result<()> {
+        if let Some(switch) = &self.1 {
+            switch
+                .syncs
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let mut c = self.0.lock().expect("sim file");
         c.durable = c.volatile.clone();
         Ok(())
@@ -109,6 +116,11 @@ impl DiskFile for SimFile {
 }
 
 impl SimDisk {
+    /// How many times a data file (not the metadata store) was synced.
+    pub fn data_file_syncs(&self) -> u64 {
+        self.switch.syncs.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Holds every file write until released (`false`).
     pub fn hold_writes(&self, held: bool) {
         self.switch.state.lock().expect("write switch").held = held;

@@ -458,6 +458,65 @@ fn fsync_of_many_small_files_survives_a_crash_with_every_size() {
 }
 
 #[test]
+fn a_set_group_id_directory_hands_down_its_group_in_the_create_itself() {
+    // Clients pass the caller's group and do not read the parent first (Dfs::owner_in).
+    let (_disk, ns) = fresh(None);
+    let sg = ns.mkdir(ROOT, "sg", 0o755, 0, 1234).unwrap();
+    let set = SetAttr {
+        mode: Some(0o2775),
+        ..SetAttr::default()
+    };
+    ns.setattr(sg.oid, set).unwrap();
+    let file = ns.create(sg.oid, "file", 0o644, 1000, 1000).unwrap();
+    assert_eq!(
+        (file.uid, file.gid, file.mode & 0o7777),
+        (1000, 1234, 0o644)
+    );
+    let dir = ns.mkdir(sg.oid, "dir", 0o755, 1000, 1000).unwrap();
+    assert_eq!((dir.gid, dir.mode & 0o7777), (1234, 0o2755));
+    let link = ns.symlink(sg.oid, "link", "file", 1000, 1000).unwrap();
+    assert_eq!(link.gid, 1234);
+    let plain = ns.create(ROOT, "plain", 0o644, 1000, 1000).unwrap();
+    assert_eq!(plain.gid, 1000, "outside it the caller's group");
+}
+
+#[test]
+fn many_small_files_cost_no_sync_until_fsync_which_finds_closed_chunks() {
+    // More files than the open-chunk cache holds: emptying it must not sync them, and an
+    // fsync later must still reach a chunk the cache has closed.
+    let (disk, ns) = fresh(None);
+    let files: Vec<Oid> = (0..1100u32)
+        .map(|i| {
+            let f = ns.create(ROOT, &format!("f{i}"), 0o644, 0, 0).unwrap();
+            ns.write(f.oid, 0, &pattern(4096, i as u8)).unwrap();
+            f.oid
+        })
+        .collect();
+    assert_eq!(
+        disk.data_file_syncs(),
+        0,
+        "writes without fsync synced data files"
+    );
+    ns.fsync(files[0]).unwrap();
+    assert_eq!(
+        disk.data_file_syncs(),
+        1,
+        "fsync syncs exactly its file's chunk"
+    );
+    let crashed = disk.crash();
+    drop(ns);
+    let after = Namespace::open(Arc::new(crashed), config(None)).unwrap();
+    let first = after.lookup(ROOT, "f0").unwrap();
+    assert_eq!(read_all(&after, first.oid), pattern(4096, 0));
+    let other = after.lookup(ROOT, "f1").unwrap();
+    assert_ne!(
+        read_all(&after, other.oid),
+        pattern(4096, 1),
+        "never synced"
+    );
+}
+
+#[test]
 fn an_orderly_close_keeps_unrecorded_writes() {
     let (disk, ns) = fresh(None);
     let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();

@@ -132,6 +132,11 @@ impl Dfs for EngineDfs {
         self.call(op, Bulk::None).map(drop)
     }
 
+    /// The engine applies the set-group-ID directory rule where it makes the entry.
+    fn owner_in(&self, _parent: Oid, mode: u32, gid: u32) -> DfsResult<(u32, u32)> {
+        Ok((mode, gid))
+    }
+
     fn mkdir(&self, parent: Oid, name: &str, mode: u32, uid: u32, gid: u32) -> DfsResult<Attr> {
         let op = Op::Mkdir(proto::Create {
             parent,

@@ -46,8 +46,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use write_behind::Writes;
 
-/// Open chunk files kept per namespace before the cache is emptied.
+/// Open chunk files kept per namespace before the cache is emptied. Emptying it syncs
+/// nothing: dirty chunks stay dirty and are opened again when they are synced.
 const MAX_OPEN_CHUNKS: usize = 1024;
+/// Dirty chunks the store remembers before it syncs them all (when it next empties the open
+/// cache). Until then, a workload that writes many small files and never fsyncs them costs
+/// no sync per file (the kernel's writeback has usually flushed them by the time they are
+/// synced), and the set stays bounded.
+const MAX_DIRTY_CHUNKS: usize = 65_536;
 
 /// Largest file end: what off_t can address.
 const MAX_FILE_END: u64 = i64::MAX as u64;
@@ -240,7 +246,9 @@ impl ChunkStore {
         match opened {
             Ok(f) => {
                 if st.open.len() >= MAX_OPEN_CHUNKS {
-                    self.sync_dirty(st, None)?;
+                    if st.dirty.len() >= MAX_DIRTY_CHUNKS {
+                        self.sync_dirty(st, None)?;
+                    }
                     st.open.clear();
                 }
                 st.open.insert((oid, idx), f.clone());
@@ -426,21 +434,40 @@ impl ChunkStore {
         Ok(copy)
     }
 
-    /// Syncs the written chunks (of one object, or all).
+    /// Syncs the written chunks (of one object, or all). A dirty chunk no longer in the open
+    /// cache is opened again: fsync(2) makes a file's data durable through any descriptor
+    /// of it, and a writeback error it had since it was closed is reported to the new
+    /// descriptor (Linux reports an error no descriptor has seen to the next opener).
     fn sync_dirty(&self, st: &mut WriteState, only: Option<Oid>) -> DfsResult<()> {
-        let chunks: Vec<(Oid, u64)> = st
-            .dirty
-            .iter()
-            .copied()
-            .filter(|(o, _)| only.is_none_or(|x| x == *o))
-            .collect();
+        let chunks: Vec<(Oid, u64)> = match only {
+            Some(oid) => st
+                .dirty
+                .range((oid, 0)..=(oid, u64::MAX))
+                .copied()
+                .collect(),
+            None => st.dirty.iter().copied().collect(),
+        };
         for key in chunks {
-            if let Some(f) = st.open.get(&key) {
+            let file = match st.open.get(&key) {
+                Some(f) => Some(f.clone()),
+                None => self.reopen(key)?,
+            };
+            if let Some(f) = file {
                 f.sync().storage()?;
             }
             st.dirty.remove(&key);
         }
         Ok(())
+    }
+
+    /// A dirty chunk's file, opened again to be synced; None if it is gone (nothing of it
+    /// is left to sync).
+    fn reopen(&self, (oid, idx): (Oid, u64)) -> DfsResult<Option<Arc<dyn DiskFile>>> {
+        match self.disk.open(&self.chunk_path(oid, idx), false) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).storage(),
+        }
     }
 
     /// Syncs the directories whose entries changed (new, copied or removed chunk files).
@@ -496,7 +523,14 @@ impl Quiesced<'_> {
         }
         let kept = new_size.div_ceil(cs);
         st.open.retain(|(o, i), _| *o != oid || *i < kept);
-        st.dirty.retain(|(o, i)| *o != oid || *i < kept);
+        let cut: Vec<_> = st
+            .dirty
+            .range((oid, kept)..=(oid, u64::MAX))
+            .copied()
+            .collect();
+        for key in cut {
+            st.dirty.remove(&key);
+        }
         Ok(freed)
     }
 

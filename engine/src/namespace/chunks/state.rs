@@ -8,15 +8,16 @@ use super::spares::Spares;
 use super::write_behind::Queued;
 use crate::namespace::disk::DiskFile;
 use crate::namespace::inode::Oid;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[derive(Debug, Default)]
 pub(super) struct WriteState {
     pub(super) open: HashMap<(Oid, u64), Arc<dyn DiskFile>>,
-    /// Chunks written since their last sync.
-    pub(super) dirty: HashSet<(Oid, u64)>,
+    /// Chunks written since their last sync, open or not (a chunk closed by the cache is
+    /// opened again to be synced). Ordered, so one object's chunks are a range.
+    pub(super) dirty: BTreeSet<(Oid, u64)>,
     /// Directories whose entries changed since the last fsync.
     pub(super) dirty_dirs: HashSet<PathBuf>,
     /// Chunk ends that writes in flight will reach, and how many such writes there are: their
@@ -39,7 +40,8 @@ impl WriteState {
     pub(super) fn landed(&mut self, oid: Oid, files: &[WritePiece]) {
         for p in files {
             let key = (oid, p.idx);
-            // The cache may have been emptied meanwhile; fsync finds dirty chunks there.
+            // The cache may have been emptied meanwhile: the next write or fsync of the
+            // chunk finds it open.
             self.open.entry(key).or_insert_with(|| p.file.clone());
             self.dirty.insert(key);
             self.ahead.forget(oid, p.idx);

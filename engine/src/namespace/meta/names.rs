@@ -9,6 +9,7 @@ use super::{get_dir, get_inode, put_inode};
 use crate::namespace::error::StorageResult;
 use crate::namespace::error::{DfsResult, Errno, err};
 use crate::namespace::inode::{Inode, Oid, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, Time};
+use dpufs_proto::dfs::owner_in_dir;
 use redb::{ReadableTable, WriteTransaction};
 
 pub use dpufs_proto::dfs::{NAME_MAX, SYMLINK_MAX, check_name as name_ok};
@@ -100,6 +101,9 @@ impl MetaStore {
             let oid = sup.get(NEXT_OID).storage()?.map_or(ROOT + 1, |v| v.value());
             sup.insert(NEXT_OID, oid + 1).storage()?;
             let now = Time::now();
+            // Applied here, in the transaction that makes the entry, so no client reads the
+            // parent first.
+            let (mode, gid) = owner_in_dir(parent.mode, parent.gid, mode, gid);
             let ino = Inode {
                 oid,
                 mode,
