@@ -219,3 +219,62 @@ fn two_mounts_of_a_multi_writer_volume_see_each_others_closed_files() {
         );
     }
 }
+
+fn changed_dir_answers(w: &WorkerProc) -> u64 {
+    w.stats()["changed_dir_answers"].as_u64().unwrap_or(0)
+}
+
+/// Makes 20 files in and removes one from `dir` of `w`; returns how many of the kernel's
+/// getattrs `w` answered from the directory attributes the changes' replies carried.
+fn change_entries(w: &WorkerProc, dir: &Path) -> u64 {
+    let before = changed_dir_answers(w);
+    for i in 0..20u32 {
+        std::fs::write(dir.join(format!("f{i}")), i.to_le_bytes()).unwrap();
+    }
+    std::fs::remove_file(dir.join("f0")).unwrap();
+    // The kernel forgot the directory's attributes at the unlink: this asks for them.
+    std::fs::metadata(dir).unwrap();
+    changed_dir_answers(w) - before
+}
+
+#[test]
+fn the_directory_attributes_a_change_returns_answer_the_kernels_next_getattr() {
+    if !can_mount() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let backing = EngineBacking::start();
+    let a = WorkerProc::start(&backing, Opts::default());
+    let b = WorkerProc::start(&backing, Opts::default());
+    std::fs::create_dir(a.path("d")).unwrap();
+    let answered = change_entries(&a, &a.path("d"));
+    // One per create (the next path walk checks the directory) and one after the unlink.
+    assert!(answered >= 15, "{answered} getattrs answered from changes");
+    // What they answered is what the engine holds: the other mount reads it afresh.
+    let here = std::fs::metadata(a.path("d")).unwrap();
+    let there = std::fs::metadata(b.path("d")).unwrap();
+    assert_eq!(
+        (
+            here.mtime(),
+            here.mtime_nsec(),
+            here.ctime_nsec(),
+            here.mode()
+        ),
+        (
+            there.mtime(),
+            there.mtime_nsec(),
+            there.ctime_nsec(),
+            there.mode()
+        )
+    );
+    // A mount that never caches attributes never answers from a change either.
+    let strict = WorkerProc::start(
+        &backing,
+        Opts {
+            args: vec!["--attr-ttl".into(), "0".into()],
+            fuse_fd: None,
+        },
+    );
+    std::fs::create_dir(strict.path("s")).unwrap();
+    assert_eq!(change_entries(&strict, &strict.path("s")), 0);
+}

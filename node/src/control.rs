@@ -218,6 +218,10 @@ pub struct WorkerStats {
     pub in_flight: u64,
     /// Requests the transport could not decode or answer (the kernel gave up on them).
     pub transport_errors: u64,
+    /// Getattrs of a directory answered from the attributes the reply to this worker's own
+    /// change there carried, without asking the backend (docs/worker.md).
+    #[serde(default)]
+    pub changed_dir_answers: u64,
     /// Error replies by errno name (`ENOENT`, …, `other`).
     pub errors: BTreeMap<String, u64>,
     /// Per FUSE operation (`write`, `lookup`, …); operations never seen are left out.
@@ -333,6 +337,7 @@ mod tests {
             bytes_written: 4096,
             in_flight: 0,
             transport_errors: 0,
+            changed_dir_answers: 3,
             errors: [("ENOENT".to_string(), 2)].into(),
             ops: [(
                 "write".to_string(),
@@ -384,7 +389,7 @@ mod tests {
                 Request::Stats,
                 concat!(
                     r#"{"ok":true,"stats":{"bytes_read":0,"bytes_written":4096,"#,
-                    r#""errors":{"ENOENT":2},"in_flight":0,"ops":{"write":{"count":1,"#,
+                    r#""changed_dir_answers":3,"errors":{"ENOENT":2},"in_flight":0,"ops":{"write":{"count":1,"#,
                     r#""errors":0,"histogram_us":[[32,1]],"max_us":31,"mean_us":31.0,"#,
                     r#""p50_us":32,"p99_us":32}},"transport_errors":0,"uptime_secs":1.5}}"#
                 ),

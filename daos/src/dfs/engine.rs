@@ -15,9 +15,11 @@ use super::{Attr, DfsResult, Oid, ROOT_OID};
 use dpufs_proto::dfs::MAX_INLINE;
 use dpufs_proto::engine::v1::{self as proto, dfs_reply::Result as Res, dfs_request::Op};
 use prost::Message;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 /// Pieces of one large read or write in flight at once, by default.
 pub const DEFAULT_PIPELINE_DEPTH: usize = 4;
@@ -42,6 +44,41 @@ pub struct EngineDfs {
     mount: MountInfo,
     next_id: AtomicU64,
     depth: usize,
+    changed_dirs: ChangedDirs,
+}
+
+/// Directories as this client's last change of an entry left them (`DfsReply.dirs`), until
+/// taken ([`Dfs::take_changed_dir`]).
+#[derive(Debug, Default)]
+struct ChangedDirs(Mutex<HashMap<Oid, (Attr, Instant)>>);
+
+/// Changed directories remembered at most: the kernel takes each soon after the change or
+/// never (then the attribute timeout has made it useless anyway).
+const CHANGED_DIRS_MAX: usize = 1024;
+
+impl ChangedDirs {
+    /// Keeps each directory's attributes with the latest ctime: replies to two changes in
+    /// one directory may arrive in either order.
+    fn record(&self, dirs: Vec<proto::DfsAttr>) {
+        let now = Instant::now();
+        let mut map = self.0.lock().expect("changed directories");
+        if map.len() >= CHANGED_DIRS_MAX {
+            map.clear();
+        }
+        for d in dirs {
+            let attr = wire::attr(d);
+            match map.get(&attr.oid) {
+                Some((had, _)) if had.ctime > attr.ctime => {}
+                _ => {
+                    map.insert(attr.oid, (attr, now));
+                }
+            }
+        }
+    }
+
+    fn take(&self, dir: Oid) -> Option<(Attr, Instant)> {
+        self.0.lock().expect("changed directories").remove(&dir)
+    }
 }
 
 fn expect<T>(what: &str, res: Option<Res>, pick: impl FnOnce(Res) -> Option<T>) -> DfsResult<T> {
@@ -88,6 +125,7 @@ impl EngineDfs {
             },
             next_id: AtomicU64::new(1),
             depth: DEFAULT_PIPELINE_DEPTH,
+            changed_dirs: ChangedDirs::default(),
         };
         let info = expect(
             "Mount",
@@ -139,6 +177,9 @@ impl EngineDfs {
         }
         if reply.errno != 0 {
             return Err(wire::reply_error(reply.errno, reply.detail));
+        }
+        if !reply.dirs.is_empty() {
+            self.changed_dirs.record(reply.dirs);
         }
         Ok(reply.result)
     }

@@ -253,6 +253,15 @@ pub trait Dfs: Send + Sync {
         Ok(owner_in_dir(p.mode, p.gid, mode, gid))
     }
 
+    /// The attributes of directory `dir` as a change of an entry there by this client left
+    /// them, and when they arrived, if the backend reported them with the change; taken, so
+    /// each is answered once. The kernel forgets a directory's attributes when it changes an
+    /// entry there and asks again at its next permission check: the worker answers that
+    /// from these within the attribute timeout. None by default.
+    fn take_changed_dir(&self, _dir: Oid) -> Option<(Attr, std::time::Instant)> {
+        None
+    }
+
     /// [`Dfs::readdir`] with each entry's attributes where the backend has them at no
     /// extra cost (`DirEntry::attr`), so a listing needs no lookup per entry; a backend
     /// without that lists without them.

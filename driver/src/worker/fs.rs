@@ -461,6 +461,23 @@ impl DfsFs {
         Ok((ctx.uid, gid, mode & 0o7777))
     }
 
+    /// A directory's attributes as this worker's last change of an entry there left them
+    /// (the backend's reply carried them), while they are younger than the attribute
+    /// timeout, with what is left of it: exactly what the kernel would have cached had the
+    /// change's reply carried them. The kernel forgets them at the change and asks at its
+    /// next permission check there, one round trip per create or unlink otherwise.
+    fn changed_dir(&self, oid: Oid) -> Option<(Attr, Duration)> {
+        let (attr, at) = self.dfs.take_changed_dir(oid)?;
+        let left = self.cfg.attr_ttl.checked_sub(at.elapsed())?;
+        (!left.is_zero()).then_some((attr, left))
+    }
+
+    /// Drops what [`DfsFs::changed_dir`] would answer for `oid`: a change of the object itself
+    /// (setattr, extended attributes) makes it older than what the engine holds.
+    fn forget_changed_dir(&self, oid: Oid) {
+        drop(self.dfs.take_changed_dir(oid));
+    }
+
     /// open(O_TRUNC): truncates, and with `FOPEN_IN_KILL_SUIDGID` in `fuse_flags` (a caller
     /// without CAP_FSETID, in group `gid`) clears the set-ID bits as well.
     fn truncate_on_open(
@@ -603,6 +620,10 @@ impl FileSystem for DfsFs {
         _handle: Option<u64>,
     ) -> io::Result<(stat64, Duration)> {
         self.op(Op::Getattr, || {
+            if let Some((a, ttl)) = self.changed_dir(inode) {
+                self.stats.changed_dir_answer();
+                return Ok((to_stat(&a), ttl));
+            }
             let a = self.dfs.getattr(inode).map_err(err)?;
             Ok((to_stat(&a), self.cfg.attr_ttl))
         })
@@ -618,6 +639,7 @@ impl FileSystem for DfsFs {
     ) -> io::Result<(stat64, Duration)> {
         self.op(Op::Setattr, || {
             self.check_writable()?;
+            self.forget_changed_dir(inode);
             let mut set = SetAttr::default();
             if valid.contains(SetattrValid::MODE) {
                 set.mode = Some(attr.st_mode & 0o7777);
@@ -978,6 +1000,7 @@ impl FileSystem for DfsFs {
     ) -> io::Result<()> {
         self.op(Op::Setxattr, || {
             self.check_writable()?;
+            self.forget_changed_dir(inode);
             if name == FILE_CAPABILITIES {
                 return Err(errno(libc::EOPNOTSUPP));
             }
@@ -1035,6 +1058,7 @@ impl FileSystem for DfsFs {
     fn removexattr(&self, _ctx: &Context, inode: u64, name: &CStr) -> io::Result<()> {
         self.op(Op::Removexattr, || {
             self.check_writable()?;
+            self.forget_changed_dir(inode);
             if name == FILE_CAPABILITIES {
                 return Err(errno(libc::ENODATA));
             }

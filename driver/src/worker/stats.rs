@@ -90,6 +90,8 @@ pub struct Stats {
     in_flight: AtomicU64,
     /// Requests the transport could not decode or answer (the kernel gave up on them).
     transport_errors: AtomicU64,
+    /// Getattrs answered from the attributes a change's reply carried.
+    changed_dir_answers: AtomicU64,
 }
 
 impl Default for Stats {
@@ -109,6 +111,7 @@ impl Stats {
             bytes_written: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             transport_errors: AtomicU64::new(0),
+            changed_dir_answers: AtomicU64::new(0),
         }
     }
 
@@ -148,6 +151,12 @@ impl Stats {
     /// Bytes accepted from writers.
     pub fn add_written(&self, n: u64) {
         self.bytes_written.fetch_add(n, Relaxed);
+    }
+
+    /// A getattr answered from the attributes a change's reply carried, with no request to
+    /// the backend.
+    pub fn changed_dir_answer(&self) {
+        self.changed_dir_answers.fetch_add(1, Relaxed);
     }
 
     /// A request that failed in the transport (decode error, reply refused by the kernel).
@@ -247,6 +256,7 @@ impl Stats {
             bytes_written: self.bytes_written.load(Relaxed),
             in_flight: self.in_flight(),
             transport_errors: self.transport_errors.load(Relaxed),
+            changed_dir_answers: self.changed_dir_answers.load(Relaxed),
             errors,
             ops,
         }

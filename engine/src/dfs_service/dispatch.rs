@@ -95,7 +95,49 @@ fn bulk_failed(e: std::io::Error) -> DfsError {
 }
 
 /// Runs one operation; `None` is a success without a result.
+/// What a request answers: its result, and the directories it changed (`DfsReply.dirs`).
+#[derive(Debug, Default)]
+pub struct Answer {
+    pub result: Option<Res>,
+    pub dirs: Vec<proto::DfsAttr>,
+}
+
+/// The directories whose entries `op` changes, if it succeeded.
+fn changed_dirs(op: &Op) -> Vec<u64> {
+    match op {
+        Op::Create(c) | Op::Mkdir(c) => vec![c.parent],
+        Op::Symlink(s) => vec![s.parent],
+        Op::Unlink(r) | Op::Rmdir(r) => vec![r.parent],
+        Op::Rename(r) if r.new_parent != r.parent => vec![r.parent, r.new_parent],
+        Op::Rename(r) => vec![r.parent],
+        _ => Vec::new(),
+    }
+}
+
 pub fn run(
+    volumes: &Volumes,
+    ctx: &ConnectionContext,
+    req: proto::DfsRequest,
+    bulk: &mut dyn BulkIo,
+) -> DfsResult<Answer> {
+    let dirs = req.op.as_ref().map(changed_dirs).unwrap_or_default();
+    let result = run_op(volumes, ctx, req, bulk)?;
+    // Read after the change, in a transaction of their own: a change that lands in between
+    // is in them too, which is still what the directory was after this one.
+    let dirs = match dirs.is_empty() {
+        true => Vec::new(),
+        false => {
+            let ns = volumes.volume(&ctx.key())?;
+            dirs.into_iter()
+                .filter_map(|d| ns.getattr(d).ok())
+                .map(|d| attr(&d))
+                .collect()
+        }
+    };
+    Ok(Answer { result, dirs })
+}
+
+fn run_op(
     volumes: &Volumes,
     ctx: &ConnectionContext,
     req: proto::DfsRequest,

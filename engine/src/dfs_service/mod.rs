@@ -159,11 +159,12 @@ impl DataService {
     ) -> DfsReply {
         let id = req.id;
         match dispatch::run(&self.volumes, ctx, req, bulk) {
-            Ok(result) => DfsReply {
+            Ok(answer) => DfsReply {
                 id,
                 errno: 0,
                 detail: String::new(),
-                result,
+                result: answer.result,
+                dirs: answer.dirs,
             },
             Err(e) => {
                 tracing::debug!(id, errno = e.errno.0, detail = %e.detail, "dfs request failed");

@@ -85,5 +85,6 @@ pub fn failure(id: u64, e: DfsError) -> proto::DfsReply {
         errno: e.errno.0,
         detail,
         result: None,
+        dirs: Vec::new(),
     }
 }

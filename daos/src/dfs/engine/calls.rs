@@ -8,6 +8,7 @@ use crate::dfs::{
 };
 use dpufs_proto::engine::v1::{self as proto, dfs_reply::Result as Res, dfs_request::Op};
 use std::sync::Mutex;
+use std::time::Instant;
 
 impl Dfs for EngineDfs {
     fn lookup(&self, parent: Oid, name: &str) -> DfsResult<Attr> {
@@ -130,6 +131,10 @@ impl Dfs for EngineDfs {
             name: name.to_string(),
         });
         self.call(op, Bulk::None).map(drop)
+    }
+
+    fn take_changed_dir(&self, dir: Oid) -> Option<(Attr, Instant)> {
+        self.changed_dirs.take(dir)
     }
 
     /// The engine applies the set-group-ID directory rule where it makes the entry.

@@ -217,3 +217,21 @@ fn no_inline_transfers_without_the_engine_offering_them() {
     dfs.read(2, 0, &mut [0; 10]).unwrap();
     assert_eq!(fake.inline_calls.load(Ordering::SeqCst), 0);
 }
+
+#[test]
+fn a_directory_keeps_the_attributes_of_its_latest_change_until_taken() {
+    let dirs = super::ChangedDirs::default();
+    let at = |secs, mode| proto::DfsAttr {
+        oid: 7,
+        mode,
+        ctime: Some(proto::DfsTime { secs, nanos: 0 }),
+        ..Default::default()
+    };
+    // Replies to two changes arrive in the opposite order.
+    dirs.record(vec![at(20, 0o40755)]);
+    dirs.record(vec![at(10, 0o40700)]);
+    let (attr, _) = dirs.take(7).expect("recorded");
+    assert_eq!((attr.ctime.secs, attr.mode), (20, 0o40755));
+    assert!(dirs.take(7).is_none(), "answered once");
+    assert!(dirs.take(8).is_none());
+}
