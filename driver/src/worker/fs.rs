@@ -475,7 +475,7 @@ impl DfsFs {
     /// Drops what [`DfsFs::changed_dir`] would answer for `oid`: a change of the object itself
     /// (setattr, extended attributes) makes it older than what the engine holds.
     fn forget_changed_dir(&self, oid: Oid) {
-        drop(self.dfs.take_changed_dir(oid));
+        let _ = self.dfs.take_changed_dir(oid);
     }
 
     /// open(O_TRUNC): truncates, and with `FOPEN_IN_KILL_SUIDGID` in `fuse_flags` (a caller
