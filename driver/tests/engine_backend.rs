@@ -267,6 +267,18 @@ fn the_directory_attributes_a_change_returns_answer_the_kernels_next_getattr() {
             there.mode()
         )
     );
+    // A directory renamed after a change inside it: its new ctime, not the one that change
+    // returned.
+    std::fs::create_dir(a.path("d/sub")).unwrap();
+    std::fs::write(a.path("d/sub/x"), b"x").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::rename(a.path("d/sub"), a.path("d/moved")).unwrap();
+    let here = std::fs::metadata(a.path("d/moved")).unwrap();
+    let there = std::fs::metadata(b.path("d/moved")).unwrap();
+    assert_eq!(
+        (here.ctime(), here.ctime_nsec()),
+        (there.ctime(), there.ctime_nsec())
+    );
     // A mount that never caches attributes never answers from a change either.
     let strict = WorkerProc::start(
         &backing,

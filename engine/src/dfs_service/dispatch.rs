@@ -121,19 +121,33 @@ pub fn run(
     bulk: &mut dyn BulkIo,
 ) -> DfsResult<Answer> {
     let dirs = req.op.as_ref().map(changed_dirs).unwrap_or_default();
+    let moved = match &req.op {
+        Some(Op::Rename(r)) => Some((r.new_parent, r.new_name.clone())),
+        _ => None,
+    };
     let result = run_op(volumes, ctx, req, bulk)?;
+    if dirs.is_empty() {
+        return Ok(Answer {
+            result,
+            dirs: Vec::new(),
+        });
+    }
     // Read after the change, in a transaction of their own: a change that lands in between
     // is in them too, which is still what the directory was after this one.
-    let dirs = match dirs.is_empty() {
-        true => Vec::new(),
-        false => {
-            let ns = volumes.volume(&ctx.key())?;
-            dirs.into_iter()
-                .filter_map(|d| ns.getattr(d).ok())
-                .map(|d| attr(&d))
-                .collect()
-        }
-    };
+    let ns = volumes.volume(&ctx.key())?;
+    let mut after: Vec<_> = dirs
+        .into_iter()
+        .filter_map(|d| ns.getattr(d).ok())
+        .collect();
+    // A renamed directory's ctime changed too: a client holding its attributes from an
+    // earlier change inside it must not answer with those.
+    if let Some((parent, name)) = moved
+        && let Ok(dir) = ns.lookup(parent, &name)
+        && dir.is_dir()
+    {
+        after.push(dir);
+    }
+    let dirs = after.iter().map(attr).collect();
     Ok(Answer { result, dirs })
 }
 

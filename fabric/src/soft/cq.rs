@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
@@ -17,8 +17,13 @@ use crate::verbs::WorkCompletion;
 /// measured side by side against 50 µs, 4 KiB random reads with one job went from ~12,000
 /// to ~22,000–26,000 IOPS at less CPU per request, and creating small files from ~1,600 to
 /// ~3,000 per second (docs/benchmarks.md). Yielding keeps the look cheap when the core is
-/// wanted; an idle waiter looks this long once and then sleeps.
+/// wanted, and a queue idle for [`IDLE_AFTER`] is not looked at at all.
 const SPIN: Duration = Duration::from_micros(200);
+
+/// A queue that has delivered nothing for this long is idle: its waiters sleep at once. A
+/// leader waiting on an idle connection comes back every few milliseconds; looking each time
+/// would keep a tenth of a core busy per idle connection.
+const IDLE_AFTER: Duration = Duration::from_millis(10);
 
 /// Longest a waiter sleeps while a source holds back an ACK (see [`Progress::flush_acks`]).
 const ACK_DELAY: Duration = Duration::from_micros(500);
@@ -66,6 +71,9 @@ struct Inner {
     sleepers: AtomicUsize,
     /// QPs whose completions land here.
     sources: Mutex<Vec<Weak<dyn Progress>>>,
+    /// When a waiter last took a completion, in nanoseconds after `born`.
+    last_taken: AtomicU64,
+    born: Instant,
 }
 
 impl SoftCq {
@@ -77,6 +85,8 @@ impl SoftCq {
                 len: AtomicUsize::new(0),
                 sleepers: AtomicUsize::new(0),
                 sources: Mutex::new(Vec::new()),
+                last_taken: AtomicU64::new(0),
+                born: Instant::now(),
             }),
         }
     }
@@ -166,6 +176,10 @@ impl CompletionQueue for SoftCq {
             *slot = wc;
         }
         self.inner.len.store(q.len(), Ordering::Release);
+        drop(q);
+        if n > 0 {
+            self.taken();
+        }
         n
     }
 
@@ -180,6 +194,10 @@ impl CompletionQueue for SoftCq {
         let mut q = self.lock();
         let wc = q.pop_front();
         self.inner.len.store(q.len(), Ordering::Release);
+        drop(q);
+        if wc.is_some() {
+            self.taken();
+        }
         wc
     }
 }
@@ -188,7 +206,8 @@ impl SoftCq {
     /// Drives the sources, sleeping in `poll(2)` on their channels and the queue's event
     /// between rounds, until `ready()` or `deadline`.
     fn drive_until(&self, ready: &dyn Fn() -> bool, deadline: Instant) {
-        let spin_until = (Instant::now() + SPIN).min(deadline);
+        let look = if self.idle() { Duration::ZERO } else { SPIN };
+        let spin_until = (Instant::now() + look).min(deadline);
         loop {
             self.drive();
             if ready() || Instant::now() >= spin_until {
@@ -226,6 +245,23 @@ impl SoftCq {
                 self.each_source(|s| s.flush_acks());
             }
         }
+    }
+
+    /// A completion was taken: the queue is active.
+    fn taken(&self) {
+        self.inner
+            .last_taken
+            .store(self.since_born(), Ordering::Relaxed);
+    }
+
+    fn since_born(&self) -> u64 {
+        self.inner.born.elapsed().as_nanos().min(u64::MAX as u128) as u64
+    }
+
+    /// Whether no completion was taken for [`IDLE_AFTER`].
+    fn idle(&self) -> bool {
+        let last = self.inner.last_taken.load(Ordering::Relaxed);
+        self.since_born().saturating_sub(last) > IDLE_AFTER.as_nanos() as u64
     }
 
     /// Sleeps until a channel is readable, a completion is pushed, or `timeout`; false on
@@ -283,5 +319,39 @@ impl EventFd {
         let mut buf = [0u8; 8];
         // SAFETY: an 8-byte read from a non-blocking eventfd into a stack buffer.
         unsafe { libc::read(self.fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::{WcOpcode, WcStatus};
+
+    fn completion() -> WorkCompletion {
+        WorkCompletion {
+            wr_id: 1,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            qp_num: 0,
+            invalidated_rkey: None,
+        }
+    }
+
+    #[test]
+    fn a_queue_is_idle_once_nothing_was_taken_for_a_while() {
+        let cq = SoftCq::new(4);
+        cq.push(completion());
+        assert!(cq.wait(Duration::ZERO).is_some());
+        assert!(!cq.idle(), "a completion was just taken: waiters look");
+        std::thread::sleep(IDLE_AFTER * 2);
+        assert!(
+            cq.idle(),
+            "nothing taken for twice IDLE_AFTER: waiters sleep at once"
+        );
+        let mut out = [completion()];
+        cq.push(completion());
+        assert_eq!(cq.poll(&mut out), 1);
+        assert!(!cq.idle(), "a poll that takes one counts too");
     }
 }
