@@ -58,26 +58,34 @@ fn set_list(schema: &mut Schema, max: u64) {
 /// A transition rule on a struct: the optional field `field` may be neither
 /// changed, added nor removed once the object exists.
 pub(crate) fn immutable_field(schema: &mut Schema, field: &str, message: &str) {
-    push(
+    field_rule(
         schema,
-        Rule::new(format!(
+        field,
+        format!(
             "has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field})"
-        ))
-        .message(message)
-        .field_path(format!(".{field}")),
+        ),
+        message,
     );
 }
 
 /// A transition rule on a struct: the optional field `field` may be added once the object
 /// exists, but never changed or removed.
 pub(crate) fn settled_field(schema: &mut Schema, field: &str, message: &str) {
+    field_rule(
+        schema,
+        field,
+        format!("!has(oldSelf.{field}) || (has(self.{field}) && self.{field} == oldSelf.{field})"),
+        message,
+    );
+}
+
+/// A rule on a struct, reported at its field `field`.
+fn field_rule(schema: &mut Schema, field: &str, rule: String, message: &str) {
     push(
         schema,
-        Rule::new(format!(
-            "!has(oldSelf.{field}) || (has(self.{field}) && self.{field} == oldSelf.{field})"
-        ))
-        .message(message)
-        .field_path(format!(".{field}")),
+        Rule::new(rule)
+            .message(message)
+            .field_path(format!(".{field}")),
     );
 }
 

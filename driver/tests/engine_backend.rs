@@ -193,14 +193,22 @@ fn a_long_listing_needs_no_lookup_per_entry() {
     assert!(more <= 2, "{more} lookups for 300 listed entries");
 }
 
-#[test]
-fn two_mounts_of_a_multi_writer_volume_see_each_others_closed_files() {
+/// Two workers mounting one engine volume; None where nothing can be mounted.
+fn two_mounts() -> Option<(EngineBacking, WorkerProc, WorkerProc)> {
     if !can_mount() {
-        return;
+        return None;
     }
     let backing = EngineBacking::start();
     let a = WorkerProc::start(&backing, Opts::default());
     let b = WorkerProc::start(&backing, Opts::default());
+    Some((backing, a, b))
+}
+
+#[test]
+fn two_mounts_of_a_multi_writer_volume_see_each_others_closed_files() {
+    let Some((_backing, a, b)) = two_mounts() else {
+        return;
+    };
     for round in 0..5u32 {
         let body = format!("round {round} from A {}", "x".repeat(round as usize * 1000));
         // B holds fresh attributes (and pages) of the old file while A replaces it.
@@ -237,47 +245,39 @@ fn change_entries(w: &WorkerProc, dir: &Path) -> u64 {
     changed_dir_answers(w) - before
 }
 
+/// What stat(2) says of `path` that the engine keeps: times and mode.
+fn times_and_mode(path: &Path) -> (i64, i64, i64, i64, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).unwrap();
+    (
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+        m.mode(),
+    )
+}
+
 #[test]
 fn the_directory_attributes_a_change_returns_answer_the_kernels_next_getattr() {
-    if !can_mount() {
+    let Some((backing, a, b)) = two_mounts() else {
         return;
-    }
-    use std::os::unix::fs::MetadataExt;
-    let backing = EngineBacking::start();
-    let a = WorkerProc::start(&backing, Opts::default());
-    let b = WorkerProc::start(&backing, Opts::default());
+    };
     std::fs::create_dir(a.path("d")).unwrap();
     let answered = change_entries(&a, &a.path("d"));
     // One per create (the next path walk checks the directory) and one after the unlink.
     assert!(answered >= 15, "{answered} getattrs answered from changes");
     // What they answered is what the engine holds: the other mount reads it afresh.
-    let here = std::fs::metadata(a.path("d")).unwrap();
-    let there = std::fs::metadata(b.path("d")).unwrap();
-    assert_eq!(
-        (
-            here.mtime(),
-            here.mtime_nsec(),
-            here.ctime_nsec(),
-            here.mode()
-        ),
-        (
-            there.mtime(),
-            there.mtime_nsec(),
-            there.ctime_nsec(),
-            there.mode()
-        )
-    );
+    assert_eq!(times_and_mode(&a.path("d")), times_and_mode(&b.path("d")));
     // A directory renamed after a change inside it: its new ctime, not the one that change
     // returned.
     std::fs::create_dir(a.path("d/sub")).unwrap();
     std::fs::write(a.path("d/sub/x"), b"x").unwrap();
     std::thread::sleep(Duration::from_millis(20));
     std::fs::rename(a.path("d/sub"), a.path("d/moved")).unwrap();
-    let here = std::fs::metadata(a.path("d/moved")).unwrap();
-    let there = std::fs::metadata(b.path("d/moved")).unwrap();
     assert_eq!(
-        (here.ctime(), here.ctime_nsec()),
-        (there.ctime(), there.ctime_nsec())
+        times_and_mode(&a.path("d/moved")),
+        times_and_mode(&b.path("d/moved"))
     );
     // A mount that never caches attributes never answers from a change either.
     let strict = WorkerProc::start(

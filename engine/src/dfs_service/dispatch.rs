@@ -94,7 +94,6 @@ fn bulk_failed(e: std::io::Error) -> DfsError {
     DfsError::new(Errno::IO, format!("bulk transfer failed: {e}"))
 }
 
-/// Runs one operation; `None` is a success without a result.
 /// What a request answers: its result, and the directories it changed (`DfsReply.dirs`).
 #[derive(Debug, Default)]
 pub struct Answer {
@@ -102,15 +101,21 @@ pub struct Answer {
     pub dirs: Vec<proto::DfsAttr>,
 }
 
-/// The directories whose entries `op` changes, if it succeeded.
-fn changed_dirs(op: &Op) -> Vec<u64> {
+/// What a successful `op` changes besides its result: the directories whose entries it
+/// changes, and for a Rename the new name of the renamed object (whose ctime changes).
+fn touched(op: &Op) -> (Vec<u64>, Option<(u64, String)>) {
     match op {
-        Op::Create(c) | Op::Mkdir(c) => vec![c.parent],
-        Op::Symlink(s) => vec![s.parent],
-        Op::Unlink(r) | Op::Rmdir(r) => vec![r.parent],
-        Op::Rename(r) if r.new_parent != r.parent => vec![r.parent, r.new_parent],
-        Op::Rename(r) => vec![r.parent],
-        _ => Vec::new(),
+        Op::Create(c) | Op::Mkdir(c) => (vec![c.parent], None),
+        Op::Symlink(s) => (vec![s.parent], None),
+        Op::Unlink(r) | Op::Rmdir(r) => (vec![r.parent], None),
+        Op::Rename(r) => {
+            let mut dirs = vec![r.parent];
+            if r.new_parent != r.parent {
+                dirs.push(r.new_parent);
+            }
+            (dirs, Some((r.new_parent, r.new_name.clone())))
+        }
+        _ => (Vec::new(), None),
     }
 }
 
@@ -120,43 +125,6 @@ pub fn run(
     req: proto::DfsRequest,
     bulk: &mut dyn BulkIo,
 ) -> DfsResult<Answer> {
-    let dirs = req.op.as_ref().map(changed_dirs).unwrap_or_default();
-    let moved = match &req.op {
-        Some(Op::Rename(r)) => Some((r.new_parent, r.new_name.clone())),
-        _ => None,
-    };
-    let result = run_op(volumes, ctx, req, bulk)?;
-    if dirs.is_empty() {
-        return Ok(Answer {
-            result,
-            dirs: Vec::new(),
-        });
-    }
-    // Read after the change, in a transaction of their own: a change that lands in between
-    // is in them too, which is still what the directory was after this one.
-    let ns = volumes.volume(&ctx.key())?;
-    let mut after: Vec<_> = dirs
-        .into_iter()
-        .filter_map(|d| ns.getattr(d).ok())
-        .collect();
-    // A renamed directory's ctime changed too: a client holding its attributes from an
-    // earlier change inside it must not answer with those.
-    if let Some((parent, name)) = moved
-        && let Ok(dir) = ns.lookup(parent, &name)
-        && dir.is_dir()
-    {
-        after.push(dir);
-    }
-    let dirs = after.iter().map(attr).collect();
-    Ok(Answer { result, dirs })
-}
-
-fn run_op(
-    volumes: &Volumes,
-    ctx: &ConnectionContext,
-    req: proto::DfsRequest,
-    bulk: &mut dyn BulkIo,
-) -> DfsResult<Option<Res>> {
     let op = req
         .op
         .ok_or_else(|| DfsError::new(Errno::NOSYS, "unknown or missing operation"))?;
@@ -172,6 +140,35 @@ fn run_op(
         ));
     }
     let ns = volumes.volume(&ctx.key())?;
+    let (dirs, renamed) = touched(&op);
+    let result = run_op(volumes, ctx, &ns, op, bulk)?;
+    // Read after the change, in a transaction of their own: a change that lands in between
+    // is in them too, which is still what the directory was after this one.
+    let mut after: Vec<_> = dirs
+        .into_iter()
+        .filter_map(|d| ns.getattr(d).ok())
+        .collect();
+    // A renamed directory's ctime changed too: a client holding its attributes from an
+    // earlier change inside it must not answer with those.
+    if let Some((parent, name)) = renamed
+        && let Ok(dir) = ns.lookup(parent, &name)
+        && dir.is_dir()
+    {
+        after.push(dir);
+    }
+    let dirs = after.iter().map(attr).collect();
+    Ok(Answer { result, dirs })
+}
+
+/// Runs one operation on `ns`, its connection's namespace; `None` is a success without a
+/// result.
+fn run_op(
+    volumes: &Volumes,
+    ctx: &ConnectionContext,
+    ns: &Namespace,
+    op: Op,
+    bulk: &mut dyn BulkIo,
+) -> DfsResult<Option<Res>> {
     let res = match op {
         Op::Mount(_) => Res::Mount(proto::MountInfo {
             root: ROOT,
@@ -234,7 +231,7 @@ fn run_op(
             bulk.push_from(0, len, &mut produce).map_err(bulk_failed)?;
             Res::Bytes(read? as u32)
         }
-        Op::Write(w) => Res::Bytes(write(&ns, w, bulk)?),
+        Op::Write(w) => Res::Bytes(write(ns, w, bulk)?),
         Op::Allocate(a) => {
             ns.allocate(a.oid, a.offset, a.len, a.keep_size)?;
             return Ok(None);
@@ -247,7 +244,7 @@ fn run_op(
             }
             return Ok(None);
         }
-        Op::Statfs(_) => Res::Statfs(statfs(volumes, ctx, &ns)?),
+        Op::Statfs(_) => Res::Statfs(statfs(volumes, ctx, ns)?),
         Op::Setxattr(s) => {
             let how = match (s.create, s.replace) {
                 (false, false) => XattrSet::Any,
