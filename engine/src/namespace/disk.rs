@@ -35,6 +35,8 @@ pub trait Disk: Send + Sync + Debug {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Whether other names share this file (it must be copied before a write).
     fn is_shared(&self, path: &Path) -> io::Result<bool>;
+    /// The file's length; None when it does not exist.
+    fn size_of(&self, path: &Path) -> io::Result<Option<u64>>;
     /// Files directly in `dir`.
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
     /// Makes the entries of `dir` (files created, linked or removed in it) durable;
@@ -204,6 +206,13 @@ impl Disk for RealDisk {
     fn is_shared(&self, path: &Path) -> io::Result<bool> {
         use std::os::unix::fs::MetadataExt;
         Ok(std::fs::metadata(path)?.nlink() > 1)
+    }
+    fn size_of(&self, path: &Path) -> io::Result<Option<u64>> {
+        match std::fs::metadata(path) {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
         match std::fs::read_dir(dir) {

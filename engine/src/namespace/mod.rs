@@ -19,11 +19,14 @@ mod error;
 pub mod inode;
 mod iobuf;
 mod meta;
+mod reclaim;
 #[cfg(test)]
 mod sim_disk;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_reclaim;
 
 pub use chunks::{SpaceBudget, StatFs};
 pub use disk::{Disk, RealDisk};
@@ -37,7 +40,8 @@ use chunks::{ChunkStore, ChunkWrite, Spares, check_end};
 use dpufs_proto::dfs::without_set_id;
 use error::err;
 use inode::S_IFMT;
-use meta::{MetaStore, name_ok};
+use meta::{MetaStore, Unreclaimed, name_ok};
+use reclaim::Reclaimer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -73,9 +77,11 @@ pub struct SetAttr {
 /// One container's namespace (or one snapshot's, read-only).
 #[derive(Debug)]
 pub struct Namespace {
-    // Dropped first: closing the chunk store waits for the writes it answered.
-    chunks: ChunkStore,
-    meta: MetaStore,
+    // Dropped first: its thread uses both stores.
+    reclaimer: Reclaimer,
+    // Dropped next: closing the chunk store waits for the writes it answered.
+    chunks: Arc<ChunkStore>,
+    meta: Arc<MetaStore>,
     disk: Arc<dyn Disk>,
 }
 
@@ -88,22 +94,38 @@ impl Namespace {
                 "a namespace needs chunk directories and a chunk size",
             ));
         }
-        let meta = MetaStore::open(disk.clone(), &cfg.meta_path, cfg.read_only)?;
-        // A snapshot changes nothing, and has no spares: they are never linked into one.
-        let spares = if cfg.read_only {
-            Spares::default()
-        } else {
-            Spares::adopt(&*disk, &cfg.chunk_dirs).storage()?
-        };
+        let meta = Arc::new(MetaStore::open(
+            disk.clone(),
+            &cfg.meta_path,
+            cfg.read_only,
+        )?);
         let chunk_size = meta.init(cfg.chunk_size)?;
-        let chunks = ChunkStore::new(
+        // A snapshot changes nothing, and has no spares: they are never linked into one. A
+        // container cuts what its removed files left (a snapshot never holds any: see
+        // `reclaim.rs`).
+        let (spares, leftovers) = if cfg.read_only {
+            (Spares::default(), Vec::new())
+        } else {
+            let spares = Spares::adopt(&*disk, &cfg.chunk_dirs).storage()?;
+            (spares, meta.unreclaimed()?)
+        };
+        if !leftovers.is_empty() {
+            // A clean stop may have left their removals in the page cache only.
+            meta.commit_durably()?;
+        }
+        let chunks = Arc::new(ChunkStore::new(
             disk.clone(),
             cfg.chunk_dirs,
             chunk_size,
             (cfg.quota, cfg.budget),
             spares,
-        );
-        Ok(Namespace { chunks, meta, disk })
+        ));
+        Ok(Namespace {
+            reclaimer: Reclaimer::new(chunks.clone(), meta.clone(), leftovers),
+            chunks,
+            meta,
+            disk,
+        })
     }
 
     /// Bytes per chunk of this namespace's files.
@@ -247,11 +269,12 @@ impl Namespace {
 
     fn remove_entry(&self, dir: Oid, name: &str, want_dir: bool) -> DfsResult<()> {
         name_ok(name)?;
-        let mut held = self.chunks.quiesce();
-        let freed = self
-            .meta
-            .remove_entry(dir, name, want_dir, |ino| held.cut(ino.oid, 0, ino.size))?;
-        self.chunks.release(freed);
+        let held = self.chunks.quiesce();
+        let gone = self.meta.remove_entry(dir, name, want_dir, |ino| {
+            held.held_bytes(ino.oid, ino.size)
+        })?;
+        drop(held);
+        self.reclaim(gone);
         Ok(())
     }
 
@@ -267,14 +290,24 @@ impl Namespace {
     ) -> DfsResult<()> {
         name_ok(from)?;
         name_ok(to)?;
-        let mut held = self.chunks.quiesce();
-        let freed = self
+        let held = self.chunks.quiesce();
+        let gone = self
             .meta
             .rename((from_dir, from), (to_dir, to), noreplace, |ino| {
-                held.cut(ino.oid, 0, ino.size)
+                held.held_bytes(ino.oid, ino.size)
             })?;
-        self.chunks.release(freed);
+        drop(held);
+        self.reclaim(gone);
         Ok(())
+    }
+
+    /// Gives a removed file's bytes back to the pool and queues its chunk files to be cut
+    /// (see `reclaim.rs`).
+    fn reclaim(&self, gone: Option<(Unreclaimed, u64)>) {
+        if let Some((file, bytes)) = gone {
+            self.chunks.release(bytes);
+            self.reclaimer.queue(file);
+        }
     }
 
     /// Reads up to `buf.len()` bytes at `offset`; holes read as zeros.
@@ -444,6 +477,7 @@ impl Namespace {
         }
         // Every data change stays out until the chunks are linked.
         let mut held = self.chunks.quiesce();
+        self.reclaimer.drain(&mut held)?;
         held.sync_all()?;
         self.meta.copy_to(&target.meta_path)?;
         held.link_into(&target.chunk_dirs, self.meta.path())?;
@@ -459,6 +493,18 @@ impl Namespace {
             }
         }
         Ok(())
+    }
+
+    /// Holds off (or lets go) the cutting of removed files' chunk files, for tests.
+    #[cfg(test)]
+    fn hold_reclaim(&self, held: bool) {
+        self.reclaimer.hold(held);
+    }
+
+    /// Waits until the chunk files of every removed file are cut, for tests.
+    #[cfg(test)]
+    fn wait_reclaimed(&self) {
+        self.reclaimer.wait_idle();
     }
 
     /// The chunk store, for tests that look inside it.

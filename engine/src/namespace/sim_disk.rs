@@ -202,6 +202,12 @@ impl Disk for SimDisk {
         let c = files.get(path).ok_or(io::ErrorKind::NotFound)?;
         Ok(files.values().filter(|o| Arc::ptr_eq(o, c)).count() > 1)
     }
+    fn size_of(&self, path: &Path) -> io::Result<Option<u64>> {
+        let files = self.files.lock().expect("sim disk");
+        Ok(files
+            .get(path)
+            .map(|c| c.lock().expect("sim file").volatile.len() as u64))
+    }
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
         let files = self.files.lock().expect("sim disk");
         Ok(files

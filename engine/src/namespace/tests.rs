@@ -7,7 +7,7 @@ use super::*;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-fn config(quota: Option<u64>) -> NamespaceConfig {
+pub(super) fn config(quota: Option<u64>) -> NamespaceConfig {
     NamespaceConfig {
         meta_path: PathBuf::from("/r0/c/meta.redb"),
         chunk_dirs: vec![PathBuf::from("/r0/c"), PathBuf::from("/r1/c")],
@@ -19,7 +19,7 @@ fn config(quota: Option<u64>) -> NamespaceConfig {
 }
 
 /// The same layout under another root, for snapshots and clones.
-fn config_at(root: &str, read_only: bool) -> NamespaceConfig {
+pub(super) fn config_at(root: &str, read_only: bool) -> NamespaceConfig {
     NamespaceConfig {
         meta_path: PathBuf::from(format!("/r0/{root}/meta.redb")),
         chunk_dirs: vec![
@@ -33,7 +33,7 @@ fn config_at(root: &str, read_only: bool) -> NamespaceConfig {
     }
 }
 
-fn fresh(quota: Option<u64>) -> (SimDisk, Namespace) {
+pub(super) fn fresh(quota: Option<u64>) -> (SimDisk, Namespace) {
     let disk = SimDisk::default();
     let ns = Namespace::open(Arc::new(disk.clone()), config(quota)).unwrap();
     (disk, ns)

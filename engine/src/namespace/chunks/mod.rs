@@ -487,6 +487,21 @@ impl ChunkStore {
         self.sync_dirs(&mut st)
     }
 
+    /// Empties detached spares (see [`Quiesced::detach_removed`]) and keeps them for new
+    /// chunks. A crash before a spare is emptied leaves its bytes on the disk until a new
+    /// chunk takes it, which empties it first.
+    pub fn keep_spares(&self, spares: Vec<PathBuf>) -> DfsResult<()> {
+        for spare in spares {
+            self.disk
+                .open(&spare, false)
+                .storage()?
+                .set_len(0)
+                .storage()?;
+            self.writes.lock().spares.keep(spare);
+        }
+        Ok(())
+    }
+
     /// Whether chunk `key` has been read ahead and is waiting in memory.
     #[cfg(test)]
     pub(crate) fn holds_read_ahead(&self, key: (Oid, u64)) -> bool {
@@ -532,6 +547,43 @@ impl Quiesced<'_> {
             st.dirty.remove(&key);
         }
         Ok(freed)
+    }
+
+    /// Takes the chunk files of removed file `oid` (of `size` bytes) out of their names:
+    /// returns the spares they became, to be emptied without holding writes out
+    /// ([`ChunkStore::keep_spares`]). Shared ones are deleted, missing ones skipped.
+    pub fn detach_removed(&mut self, oid: Oid, size: u64) -> DfsResult<Vec<PathBuf>> {
+        let store = self.store;
+        let st = &mut *self.st;
+        let mut spares = Vec::new();
+        for idx in 0..size.div_ceil(store.chunk_size) {
+            st.open.remove(&(oid, idx));
+            st.dirty.remove(&(oid, idx));
+            let path = store.chunk_path(oid, idx);
+            if let Some(spare) = st.spares.detach(&*store.disk, &path).storage()? {
+                spares.push(spare);
+            }
+            st.mark_dir_dirty(&path);
+        }
+        Ok(spares)
+    }
+
+    /// The bytes the chunk files of `oid` (a file of `size` bytes) hold: what removing it
+    /// gives back once they are cut.
+    pub fn held_bytes(&self, oid: Oid, size: u64) -> DfsResult<u64> {
+        let store = self.store;
+        let mut held = 0;
+        for idx in 0..size.div_ceil(store.chunk_size) {
+            held += match self.st.open.get(&(oid, idx)) {
+                Some(f) => f.size().storage()?,
+                None => store
+                    .disk
+                    .size_of(&store.chunk_path(oid, idx))
+                    .storage()?
+                    .unwrap_or(0),
+            };
+        }
+        Ok(held)
     }
 
     /// Makes every chunk written so far durable, and the directories whose entries changed.

@@ -88,8 +88,7 @@ impl Spares {
         let Some(dir) = path.parent() else {
             return disk.remove(path);
         };
-        let room = self.by_dir.get(dir).map_or(0, Vec::len) < MAX_PER_DIR;
-        if !room || disk.is_shared(path)? {
+        if !self.has_room(dir) || disk.is_shared(path)? {
             return disk.remove(path);
         }
         // Emptied now, so its space is free at once; `create` checks again.
@@ -102,6 +101,40 @@ impl Spares {
             .or_default()
             .push(spare);
         Ok(())
+    }
+
+    /// Takes the chunk file `path` of a removed file out of its name, holding the data gate:
+    /// renamed to a new spare, returned to be emptied (outside the gate) and handed to
+    /// [`Spares::keep`]; deleted (None) when a snapshot shares it or its directory has no
+    /// room; None when it does not exist (a hole, or cut before a crash).
+    pub fn detach(&mut self, disk: &dyn Disk, path: &Path) -> std::io::Result<Option<PathBuf>> {
+        let shared = match disk.is_shared(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            shared => shared?,
+        };
+        let dir = path.parent().filter(|dir| !shared && self.has_room(dir));
+        let Some(dir) = dir else {
+            disk.remove(path)?;
+            return Ok(None);
+        };
+        let spare = dir.join(SUBDIR).join(self.next.to_string());
+        self.next += 1;
+        disk.rename(path, &spare)?;
+        Ok(Some(spare))
+    }
+
+    /// Keeps a detached spare, emptied, for the next new chunk of its directory.
+    pub fn keep(&mut self, spare: PathBuf) {
+        if let Some(dir) = spare.parent().and_then(Path::parent) {
+            self.by_dir
+                .entry(dir.to_path_buf())
+                .or_default()
+                .push(spare);
+        }
+    }
+
+    fn has_room(&self, dir: &Path) -> bool {
+        self.by_dir.get(dir).map_or(0, Vec::len) < MAX_PER_DIR
     }
 }
 

@@ -65,11 +65,13 @@ fn grow(ns: &Namespace, oid: Oid, size: u64) {
     ns.setattr(oid, set).unwrap();
 }
 
-/// Writes three full chunks of 0x77 in a new file `name`, then unlinks it.
+/// Writes three full chunks of 0x77 in a new file `name`, then unlinks it and waits for its
+/// chunk files to be cut.
 fn write_and_unlink(ns: &Namespace, name: &str) {
     let f = ns.create(ROOT, name, 0o644, 0, 0).unwrap();
     ns.write(f.oid, 0, &vec![0x77; 3 * CHUNK as usize]).unwrap();
     ns.unlink(ROOT, name).unwrap();
+    ns.wait_reclaimed();
 }
 
 /// A new file that writes a few bytes into each of three chunks and is sparse elsewhere:
@@ -146,6 +148,7 @@ fn snapshots_keep_shared_chunks_and_never_link_spares() {
     ns.snapshot_to(&snapshot("snap1")).unwrap();
     // Shared with the snapshot: deleted from the source, not recycled.
     ns.unlink(ROOT, "a").unwrap();
+    ns.wait_reclaimed();
     let spares = |name: &str| -> usize {
         ["r0", "r1"]
             .iter()

@@ -12,6 +12,7 @@
 //! | `symlinks` | oid → target | akey `DFS_SLINK` |
 //! | `xattrs` | (oid, name) → value | akeys `x:<name>` |
 //! | `super` | `next_oid`, `used_bytes`, `chunk_size` | the superblock object |
+//! | `reclaim` | oid → size | DAOS's aggregation of punched objects |
 //!
 //! This file holds the store, its transactions and the object reads; names are in
 //! `entries.rs` (lookup, listings) and `names.rs` (create, remove, rename), attributes in
@@ -27,7 +28,7 @@ mod tests;
 
 pub use entries::{DirEntry, DirPage, name_hash};
 pub(crate) use names::name_ok;
-pub use names::{NAME_MAX, SYMLINK_MAX};
+pub use names::{NAME_MAX, SYMLINK_MAX, Unreclaimed};
 #[cfg(test)]
 pub(crate) use pending::RECORD_AT;
 pub use xattrs::{XATTR_VALUE_MAX, XattrSet};
@@ -42,6 +43,7 @@ use redb::{
     WriteTransaction,
 };
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
@@ -52,6 +54,8 @@ const SYMLINKS: TableDefinition<u64, &str> = TableDefinition::new("symlinks");
 const XATTRS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("xattrs");
 /// The superblock, as DFS's SB object: counters and the layout fixed at creation.
 const SUPER: TableDefinition<&str, u64> = TableDefinition::new("super");
+/// Removed files whose chunk files are not cut yet: oid → size when removed.
+const RECLAIM: TableDefinition<u64, u64> = TableDefinition::new("reclaim");
 const NEXT_OID: &str = "next_oid";
 const USED_BYTES: &str = "used_bytes";
 const CHUNK_SIZE: &str = "chunk_size";
@@ -120,6 +124,9 @@ pub(crate) struct MetaStore {
     read_only: bool,
     /// Writes' size, time and space changes not recorded yet (see `pending.rs`).
     pending: RwLock<Pending>,
+    /// Transactions committed so far, and how many of them are known durable.
+    commits: AtomicU64,
+    durable: AtomicU64,
 }
 
 /// A change in progress, for what the namespace does across both stores in one transaction
@@ -174,6 +181,8 @@ impl MetaStore {
             path: path.to_path_buf(),
             read_only,
             pending: RwLock::default(),
+            commits: AtomicU64::new(0),
+            durable: AtomicU64::new(0),
         })
     }
 
@@ -214,6 +223,7 @@ impl MetaStore {
             tx.open_table(ENTRIES).storage()?;
             tx.open_table(SYMLINKS).storage()?;
             tx.open_table(XATTRS).storage()?;
+            tx.open_table(RECLAIM).storage()?;
         }
         tx.commit().storage()?;
         Ok(recorded)
@@ -285,6 +295,9 @@ impl MetaStore {
         match done {
             Ok(v) => {
                 tx.commit().storage()?;
+                // Counted after the commit: a durable commit that misses it only makes this
+                // one look not durable yet.
+                self.commits.fetch_add(1, Ordering::SeqCst);
                 Ok(v)
             }
             Err(e) => {
@@ -314,9 +327,23 @@ impl MetaStore {
         // durable one below persists it (redb orders commits).
         self.record_pending(&mut self.pending_mut())?;
         let mut tx = self.db.begin_write().storage()?;
+        // Every commit counted so far came before this transaction began.
+        let before = self.commits.load(Ordering::SeqCst);
         tx.set_durability(Durability::Immediate).storage()?;
         tx.commit().storage()?;
+        self.durable.fetch_max(before, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Transactions committed so far: a change made before this was read is durable once
+    /// [`MetaStore::durable_commits`] reaches it.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::SeqCst)
+    }
+
+    /// How many of the first transactions are known durable.
+    pub fn durable_commits(&self) -> u64 {
+        self.durable.load(Ordering::SeqCst)
     }
 
     /// Writes a durable point-in-time copy of the store to `target` (for a snapshot or a
@@ -396,6 +423,34 @@ impl MetaStore {
             .storage()?
             .map_or(0, |v| v.value());
         Ok(recorded.saturating_add(pending.growth()))
+    }
+
+    /// Removed files whose chunk files may not be cut yet.
+    pub fn unreclaimed(&self) -> DfsResult<Vec<Unreclaimed>> {
+        let tx = self.db.begin_read().storage()?;
+        let table = tx.open_table(RECLAIM).storage()?;
+        table
+            .iter()
+            .storage()?
+            .map(|row| {
+                let (oid, size) = row.storage()?;
+                Ok(Unreclaimed {
+                    oid: oid.value(),
+                    size: size.value(),
+                })
+            })
+            .collect()
+    }
+
+    /// Forgets removed files whose chunk files are cut.
+    pub fn forget_reclaimed(&self, oids: &[Oid]) -> DfsResult<()> {
+        self.transact(|tx| {
+            let mut table = tx.open_table(RECLAIM).storage()?;
+            for &oid in oids {
+                table.remove(oid).storage()?;
+            }
+            Ok(())
+        })
     }
 
     /// Objects in the namespace (statfs's files).

@@ -1,10 +1,12 @@
 //! Creating, removing and renaming entries, each in one transaction. DFS has no hard links,
 //! so an object goes with its only entry: its inode, symlink target and attributes in the
-//! same transaction, and its data through the caller's `free_data`, which cuts the chunk
-//! files and says how many bytes that gave back (counted here, with the rest).
+//! same transaction. A removed file's data is counted as freed in that transaction too (the
+//! caller's `held_bytes` says how many bytes its chunk files hold), and the file is noted in
+//! the `reclaim` table: its chunk files are cut later, once the removal is durable (see the
+//! namespace's `reclaim.rs`).
 
 use super::entries::{entry_key, has_entries};
-use super::{ENTRIES, INODES, MetaStore, NEXT_OID, SUPER, SYMLINKS, adjust_used};
+use super::{ENTRIES, INODES, MetaStore, NEXT_OID, RECLAIM, SUPER, SYMLINKS, adjust_used};
 use super::{get_dir, get_inode, put_inode};
 use crate::namespace::error::StorageResult;
 use crate::namespace::error::{DfsResult, Errno, err};
@@ -28,24 +30,41 @@ fn entry(tx: &WriteTransaction, dir: Oid, name: &str) -> DfsResult<Inode> {
     get_inode(&inodes, oid)
 }
 
-/// Deletes an object that is about to lose its only entry: its data (through `free_data`),
-/// inode, symlink target and xattrs. Directories must be empty. Returns the data bytes
-/// freed.
+/// A removed file whose chunk files are still to be cut: noted in the removing transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unreclaimed {
+    pub oid: Oid,
+    /// Its size when removed: no chunk file lies beyond it.
+    pub size: u64,
+}
+
+/// Deletes an object that is about to lose its only entry: its inode, symlink target and
+/// xattrs, and for a file the bytes its chunk files hold (`held_bytes`) from the bytes used.
+/// Directories must be empty. Returns the file to reclaim, with the bytes given back.
 fn drop_object(
     tx: &WriteTransaction,
     ino: &Inode,
-    free_data: &mut dyn FnMut(&Inode) -> DfsResult<u64>,
-) -> DfsResult<u64> {
+    held_bytes: &mut dyn FnMut(&Inode) -> DfsResult<u64>,
+) -> DfsResult<Option<(Unreclaimed, u64)>> {
     if ino.is_dir() && has_entries(tx, ino.oid)? {
         return Err(err(
             Errno::NOTEMPTY,
             format!("directory {:#x} is not empty", ino.oid),
         ));
     }
-    let mut freed = 0;
+    let mut gone = None;
     if ino.is_file() {
-        freed = free_data(ino)?;
-        adjust_used(tx, -(freed as i64))?;
+        let bytes = held_bytes(ino)?;
+        adjust_used(tx, -(bytes as i64))?;
+        tx.open_table(RECLAIM)
+            .storage()?
+            .insert(ino.oid, ino.size)
+            .storage()?;
+        let file = Unreclaimed {
+            oid: ino.oid,
+            size: ino.size,
+        };
+        gone = Some((file, bytes));
     }
     tx.open_table(INODES).storage()?.remove(ino.oid).storage()?;
     tx.open_table(SYMLINKS)
@@ -53,7 +72,7 @@ fn drop_object(
         .remove(ino.oid)
         .storage()?;
     super::xattrs::drop_all(tx, ino.oid)?;
-    Ok(freed)
+    Ok(gone)
 }
 
 /// Sets a directory's mtime and ctime: its entries changed.
@@ -162,15 +181,15 @@ impl MetaStore {
     }
 
     /// Removes entry `name` of `dir` with its object: a directory (`want_dir`, and then
-    /// only an empty one) or anything else. Returns the data bytes freed. The name was
-    /// checked by the caller.
+    /// only an empty one) or anything else. Returns a removed file to reclaim, with the data
+    /// bytes given back. The name was checked by the caller.
     pub fn remove_entry(
         &self,
         dir: Oid,
         name: &str,
         want_dir: bool,
-        mut free_data: impl FnMut(&Inode) -> DfsResult<u64>,
-    ) -> DfsResult<u64> {
+        mut held_bytes: impl FnMut(&Inode) -> DfsResult<u64>,
+    ) -> DfsResult<Option<(Unreclaimed, u64)>> {
         self.transact_recording(|tx| {
             let victim = entry(tx, dir, name)?;
             match (want_dir, victim.is_dir()) {
@@ -180,37 +199,37 @@ impl MetaStore {
                 (false, true) => return Err(err(Errno::ISDIR, format!("{name:?} is a directory"))),
                 _ => {}
             }
-            let freed = drop_object(tx, &victim, &mut free_data)?;
+            let gone = drop_object(tx, &victim, &mut held_bytes)?;
             tx.open_table(ENTRIES)
                 .storage()?
                 .remove(entry_key(dir, name))
                 .storage()?;
             touch(tx, dir)?;
-            Ok(freed)
+            Ok(gone)
         })
     }
 
     /// Renames atomically, replacing the target as rename(2) does; `noreplace` gives
-    /// EEXIST instead. Returns the data bytes a replaced file freed. The names were checked
-    /// by the caller.
+    /// EEXIST instead. Returns a replaced file to reclaim, with the data bytes given back.
+    /// The names were checked by the caller.
     pub fn rename(
         &self,
         (from_dir, from): (Oid, &str),
         (to_dir, to): (Oid, &str),
         noreplace: bool,
-        mut free_data: impl FnMut(&Inode) -> DfsResult<u64>,
-    ) -> DfsResult<u64> {
+        mut held_bytes: impl FnMut(&Inode) -> DfsResult<u64>,
+    ) -> DfsResult<Option<(Unreclaimed, u64)>> {
         self.transact_recording(|tx| {
             let mut moving = entry(tx, from_dir, from)?;
             get_dir(&tx.open_table(INODES).storage()?, to_dir)?;
             if moving.is_dir() && is_ancestor(tx, moving.oid, to_dir)? {
                 return Err(err(Errno::INVAL, "cannot move a directory into itself"));
             }
-            let mut freed = 0;
+            let mut gone = None;
             match entry(tx, to_dir, to) {
                 // As renameat2: NOREPLACE refuses any existing target, itself included.
                 Ok(_) if noreplace => return Err(err(Errno::EXIST, format!("{to:?} exists"))),
-                Ok(existing) if existing.oid == moving.oid => return Ok(0),
+                Ok(existing) if existing.oid == moving.oid => return Ok(None),
                 Ok(existing) => {
                     match (moving.is_dir(), existing.is_dir()) {
                         (true, false) => {
@@ -221,7 +240,7 @@ impl MetaStore {
                         }
                         _ => {}
                     }
-                    freed = drop_object(tx, &existing, &mut free_data)?;
+                    gone = drop_object(tx, &existing, &mut held_bytes)?;
                 }
                 Err(e) if e.errno == Errno::NOENT => {}
                 Err(e) => return Err(e),
@@ -239,7 +258,7 @@ impl MetaStore {
             if to_dir != from_dir {
                 touch(tx, to_dir)?;
             }
-            Ok(freed)
+            Ok(gone)
         })
     }
 }

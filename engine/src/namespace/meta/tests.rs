@@ -20,8 +20,8 @@ fn store() -> MetaStore {
 }
 
 /// Removes a file entry; files here have no data to free.
-fn unlink(meta: &MetaStore, name: &str) -> DfsResult<u64> {
-    meta.remove_entry(ROOT, name, false, |_| Ok(0))
+fn unlink(meta: &MetaStore, name: &str) -> DfsResult<()> {
+    meta.remove_entry(ROOT, name, false, |_| Ok(0)).map(drop)
 }
 
 #[test]
