@@ -6,6 +6,7 @@ pub mod csi_sanity;
 pub mod daos_system;
 pub mod dfuse;
 pub mod guest;
+pub mod in_process;
 pub mod kube_api;
 pub mod manifests;
 pub mod netns;

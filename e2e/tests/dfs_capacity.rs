@@ -1,10 +1,8 @@
 //! Space: a container's quota and a pool's capacity both end in a clean ENOSPC, and
 //! nothing written before is lost or changed; PoolQuery's free space follows the data.
 
-mod dfs_support;
-
-use dfs_support::TestEngine;
 use dpufs_daos::dfs::{Dfs, Errno, ROOT_OID, conformance::pattern};
+use dpufs_e2e::in_process::TestEngine;
 use dpufs_engine::dfs_service::Rights;
 use dpufs_proto::daos::props::{CONT_DPUFS_CHUNK_SIZE, CONT_DPUFS_QUOTA};
 use dpufs_proto::engine::v1 as eng;

@@ -4,13 +4,11 @@
 //! The writer is this test binary re-executed (so the engine runs in a process of its own
 //! that really dies by SIGKILL); it reports each fsync on stdout as it returns.
 
-mod dfs_support;
-
-use dfs_support::TestEngine;
 use dpufs_daos::dfs::{
     Dfs, ROOT_OID,
     conformance::{list, pattern},
 };
+use dpufs_e2e::in_process::TestEngine;
 use dpufs_engine::dfs_service::Rights;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};

@@ -2,10 +2,8 @@
 //! engine, reached through `EngineDfs` and the engine's data service: every case must give
 //! what a local directory gives, apart from the documented DFS differences.
 
-mod dfs_support;
-
-use dfs_support::TestEngine;
 use dpufs_daos::dfs::{LocalDfs, conformance};
+use dpufs_e2e::in_process::TestEngine;
 use dpufs_engine::dfs_service::Rights;
 use dpufs_proto::daos::props::CONT_DPUFS_CHUNK_SIZE;
 
@@ -44,8 +42,8 @@ fn engine_agrees_with_small_chunks_too() {
 /// refused write changes nothing.
 #[test]
 fn malformed_inline_io_is_refused() {
-    use dfs_support::InProcess;
     use dpufs_daos::dfs::{Bulk, Dfs, DfsTransport};
+    use dpufs_e2e::in_process::InProcess;
     use dpufs_engine::dfs_service::ConnectionContext;
     use dpufs_proto::dfs::MAX_INLINE;
     use dpufs_proto::engine::v1::{self as eng, dfs_request::Op};

@@ -1,13 +1,11 @@
 //! Snapshots keep a point in time, clones of them are independent volumes, read-only
 //! connections refuse changes, and destroy removes a container's namespace everywhere.
 
-mod dfs_support;
-
-use dfs_support::TestEngine;
 use dpufs_daos::dfs::{
     Dfs, Errno, ROOT_OID,
     conformance::{list, pattern, walk},
 };
+use dpufs_e2e::in_process::TestEngine;
 use dpufs_engine::dfs_service::Rights;
 use dpufs_proto::engine::v1 as eng;
 

@@ -53,6 +53,8 @@ mod choice;
 #[cfg(feature = "testing")]
 pub mod conformance;
 mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 #[cfg(feature = "rdma")]
 pub mod ibv;
 mod keys;

@@ -47,7 +47,7 @@ mod stats;
 mod tenant;
 #[cfg(feature = "testing")]
 pub mod testing;
-mod wire;
+pub(crate) mod wire;
 mod worker;
 
 pub use agent::{AgentKey, AgentPublicKey, TrustedAgents};

@@ -18,7 +18,7 @@
 //! `rnr_retry = 7`).
 
 mod channel;
-mod cm;
+pub(crate) mod cm;
 mod cq;
 mod memory;
 mod mr;
@@ -26,7 +26,7 @@ mod qp;
 mod requester;
 mod responder;
 mod table;
-mod wire;
+pub(crate) mod wire;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};

@@ -3,8 +3,6 @@
 //! buffer is the caller's own memory, standing in for RMA against a scoped rkey. The run
 //! over the real fabric uses the same tests with another transport.
 
-#![allow(dead_code)]
-
 use dpufs_daos::dfs::{Bulk, DfsResult, DfsTransport, EngineDfs, TransportReply};
 use dpufs_engine::dfs_service::{BulkIo, ConnectionContext, DataService, NoBulk, Rights};
 use dpufs_engine::{Engine, EngineConfig};
@@ -13,7 +11,8 @@ use dpufs_proto::mgmt;
 use std::sync::Arc;
 
 /// The caller's buffer as the engine sees it: bounds-checked like an rkey's window.
-enum SliceBulk<'a> {
+#[derive(Debug)]
+pub enum SliceBulk<'a> {
     ToServer(&'a [u8]),
     FromServer(&'a mut [u8], usize),
 }
@@ -35,9 +34,8 @@ impl BulkIo for SliceBulk<'_> {
     fn pull(&mut self, offset: usize, out: &mut [u8]) -> std::io::Result<()> {
         match self {
             SliceBulk::ToServer(b) => {
-                let src = b
-                    .get(offset..offset + out.len())
-                    .ok_or_else(out_of_window)?;
+                let end = offset.checked_add(out.len()).ok_or_else(out_of_window)?;
+                let src = b.get(offset..end).ok_or_else(out_of_window)?;
                 out.copy_from_slice(src);
                 Ok(())
             }
@@ -48,11 +46,11 @@ impl BulkIo for SliceBulk<'_> {
     fn push(&mut self, offset: usize, data: &[u8]) -> std::io::Result<()> {
         match self {
             SliceBulk::FromServer(b, moved) => {
-                let dst = b
-                    .get_mut(offset..offset + data.len())
-                    .ok_or_else(out_of_window)?;
-                dst.copy_from_slice(data);
-                *moved = (*moved).max(offset + data.len());
+                let end = offset.checked_add(data.len()).ok_or_else(out_of_window)?;
+                b.get_mut(offset..end)
+                    .ok_or_else(out_of_window)?
+                    .copy_from_slice(data);
+                *moved = (*moved).max(end);
                 Ok(())
             }
             SliceBulk::ToServer(_) => Err(out_of_window()),
@@ -93,6 +91,7 @@ impl DfsTransport for InProcess {
 }
 
 /// An engine in this process with its data in a temporary directory.
+#[derive(Debug)]
 pub struct TestEngine {
     pub engine: Arc<Engine>,
     pub service: DataService,
