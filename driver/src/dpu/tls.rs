@@ -178,16 +178,47 @@ impl AsyncWrite for TlsConn {
     }
 }
 
-/// The connections of `listener` that complete the handshake. Each handshake runs in a task
-/// of its own (a client that stalls holds up nobody) and has 10 s; a refused one is logged
-/// with the peer's address and dropped. Once the stream is dropped (the server stopped), the
-/// listener is closed and its port free again.
+/// How the agent admits connections before their TLS handshake is done.
+#[derive(Debug, Clone, Copy)]
+pub struct Admission {
+    /// Handshakes under way at once; a connection beyond them is closed at once, so clients
+    /// that connect and send nothing hold a bounded number of sockets and tasks (the engine's
+    /// management port and the fabric's session port bound theirs the same way).
+    pub max_pending: usize,
+    /// The longest a handshake may take.
+    pub timeout: std::time::Duration,
+}
+
+impl Default for Admission {
+    fn default() -> Admission {
+        Admission {
+            max_pending: 64,
+            timeout: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
+/// The connections of `listener` that complete the handshake, admitted by the default
+/// [`Admission`]: see [`incoming_with`].
 pub fn incoming(
     listener: TcpListener,
     acceptor: SslAcceptor,
 ) -> ReceiverStream<std::io::Result<TlsConn>> {
+    incoming_with(listener, acceptor, Admission::default())
+}
+
+/// The connections of `listener` that complete the handshake. Each handshake runs in a task
+/// of its own (a client that stalls holds up nobody) within `admission`'s bounds; a refused
+/// one is logged with the peer's address and dropped. Once the stream is dropped (the server
+/// stopped), the listener is closed and its port free again.
+pub fn incoming_with(
+    listener: TcpListener,
+    acceptor: SslAcceptor,
+    admission: Admission,
+) -> ReceiverStream<std::io::Result<TlsConn>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let acceptor = Arc::new(acceptor);
+    let pending = Arc::new(tokio::sync::Semaphore::new(admission.max_pending));
     tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {
@@ -202,13 +233,16 @@ pub fn incoming(
                     continue;
                 }
             };
+            let Ok(permit) = pending.clone().try_acquire_owned() else {
+                tracing::warn!(%peer, max = admission.max_pending, "too many TLS handshakes at once: closed");
+                continue;
+            };
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
             tokio::spawn(async move {
-                let handshake = tokio::time::timeout(
-                    std::time::Duration::from_secs(10),
-                    accept(&acceptor, tcp),
-                );
-                match handshake.await {
+                let handshake = tokio::time::timeout(admission.timeout, accept(&acceptor, tcp));
+                let done = handshake.await;
+                drop(permit);
+                match done {
                     Ok(Ok(conn)) => {
                         let _ = tx.send(Ok(conn)).await;
                     }
@@ -333,6 +367,56 @@ mod tests {
             );
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
+    }
+
+    /// A client that connects and says nothing: what it reads once the agent closes it, and
+    /// when.
+    async fn closed_after(addr: std::net::SocketAddr) -> std::time::Duration {
+        use tokio::io::AsyncReadExt;
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        let start = std::time::Instant::now();
+        let mut b = [0u8; 1];
+        let read = tokio::time::timeout(std::time::Duration::from_secs(20), tcp.read(&mut b));
+        assert_eq!(read.await.expect("never closed").unwrap_or(0), 0);
+        start.elapsed()
+    }
+
+    #[tokio::test]
+    async fn silent_clients_are_closed_at_the_bound_and_beyond_the_limit_at_once() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = SslAcceptor::mozilla_modern_v5(SslMethod::tls_server())
+            .unwrap()
+            .build();
+        let admission = Admission {
+            max_pending: 2,
+            timeout: std::time::Duration::from_millis(1500),
+        };
+        let _stream = incoming_with(listener, acceptor, admission);
+        let silent: Vec<_> = (0..2).map(|_| tokio::spawn(closed_after(addr))).collect();
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let third = closed_after(addr).await;
+        assert!(
+            third < std::time::Duration::from_millis(500),
+            "the client beyond the limit was closed after {third:?}"
+        );
+        for s in silent {
+            let held = s.await.unwrap();
+            assert!(
+                held >= std::time::Duration::from_millis(1000)
+                    && held < std::time::Duration::from_secs(5),
+                "a silent client within the limit was closed after {held:?}"
+            );
+        }
+        // Their places are free again (a permit goes just after its connection).
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let again = tokio::spawn(closed_after(addr));
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(
+            !again.is_finished(),
+            "closed at once with no handshake pending"
+        );
+        again.abort();
     }
 
     #[test]
