@@ -36,7 +36,7 @@ pub use iobuf::IoBuf;
 pub use meta::{DirEntry, DirPage, NAME_MAX, SYMLINK_MAX, XATTR_VALUE_MAX, XattrSet, name_hash};
 
 use crate::namespace::error::StorageResult;
-use chunks::{ChunkStore, ChunkWrite, Spares, check_end};
+use chunks::{ChunkStore, ChunkWrite, Quiesced, Spares, check_end};
 use dpufs_proto::dfs::without_set_id;
 use error::err;
 use inode::S_IFMT;
@@ -273,8 +273,7 @@ impl Namespace {
         let gone = self.meta.remove_entry(dir, name, want_dir, |ino| {
             held.held_bytes(ino.oid, ino.size)
         })?;
-        drop(held);
-        self.reclaim(gone);
+        self.reclaim(gone, held);
         Ok(())
     }
 
@@ -296,18 +295,20 @@ impl Namespace {
             .rename((from_dir, from), (to_dir, to), noreplace, |ino| {
                 held.held_bytes(ino.oid, ino.size)
             })?;
-        drop(held);
-        self.reclaim(gone);
+        self.reclaim(gone, held);
         Ok(())
     }
 
     /// Gives a removed file's bytes back to the pool and queues its chunk files to be cut
-    /// (see `reclaim.rs`).
-    fn reclaim(&self, gone: Option<(Unreclaimed, u64)>) {
+    /// (see `reclaim.rs`), then lets writers in again. Queued while they are still held out:
+    /// a snapshot, which holds them out too, must find the file in the queue once its row is
+    /// in the metadata, or it would link the chunk files.
+    fn reclaim(&self, gone: Option<(Unreclaimed, u64)>, held: Quiesced<'_>) {
         if let Some((file, bytes)) = gone {
             self.chunks.release(bytes);
             self.reclaimer.queue(file);
         }
+        drop(held);
     }
 
     /// Reads up to `buf.len()` bytes at `offset`; holes read as zeros.

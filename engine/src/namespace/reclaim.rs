@@ -12,10 +12,11 @@
 //! lost. Removals usually become durable with the next fsync of any file of the container;
 //! when none comes within [`MAX_WAIT`], the thread commits durably itself (one forced commit
 //! for every removal since, as a journaling file system commits every few seconds). The
-//! table's rows are deleted after the cut; a crash in between leaves rows whose chunk files
-//! are (partly) cut, and cutting them again at the next open finds nothing more to do.
-//! Snapshots drain the queue first ([`Reclaimer::drain`]), so they never link the chunk files
-//! of removed files.
+//! table's rows are deleted once the cut is durable (the chunk directories synced); a crash in
+//! between leaves rows whose chunk files are (partly) cut, and cutting them again at the next
+//! open finds nothing more to do. A removal is queued before it lets writers in again, and
+//! snapshots, which hold writers out, drain the queue first ([`Reclaimer::drain`]): they never
+//! link the chunk files of removed files.
 //!
 //! Cutting holds the data gate (writes and metadata changes wait) only to take the chunk files
 //! out of their names, a few files at a time; emptying them comes after.
@@ -155,6 +156,7 @@ impl Reclaimer {
         for f in &files {
             held.cut(f.oid, 0, f.size)?;
         }
+        held.sync_all()?;
         self.shared.forget(&files)
     }
 
@@ -188,6 +190,18 @@ impl Drop for Reclaimer {
     }
 }
 
+/// Held by the thread while it runs: should it end by a panic, the next removal starts
+/// another (an ordinary end says so itself, under the queue's lock).
+struct Restartable<'a>(&'a Shared);
+
+impl Drop for Restartable<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.lock().running = false;
+        }
+    }
+}
+
 fn file((&oid, queued): (&Oid, &Queued)) -> Unreclaimed {
     Unreclaimed {
         oid,
@@ -201,6 +215,7 @@ impl Shared {
     }
 
     fn run(&self) {
+        let _restartable = Restartable(self);
         while let Some((batch, durable)) = self.next_batch() {
             if let Err(e) = self.reclaim(&batch, durable) {
                 tracing::error!(files = batch.len(), "cutting removed files' data: {e}");
@@ -236,11 +251,11 @@ impl Shared {
             if !ready.is_empty() {
                 return Some((ready, true));
             }
-            let wait = match q.since {
-                Some(since) if q.files.len() >= FORCE_AT || since.elapsed() >= MAX_WAIT => {
+            let wait = match q.since.map(|since| since.elapsed()) {
+                Some(age) if q.files.len() >= FORCE_AT || age >= MAX_WAIT => {
                     return Some((q.files.iter().take(BATCH).map(file).collect(), false));
                 }
-                Some(since) => MAX_WAIT - since.elapsed(),
+                Some(age) => MAX_WAIT - age,
                 None => IDLE_EXIT,
             };
             let (next, waited) = self
@@ -256,7 +271,8 @@ impl Shared {
     }
 
     /// Makes the batch's removals durable unless they are, cuts their chunk files a slice
-    /// at a time, then forgets them.
+    /// at a time, makes the renames durable, then forgets them (a row whose deletion outlived
+    /// a crash that lost the renames would leave chunk files no one cuts).
     fn reclaim(&self, batch: &[Unreclaimed], durable: bool) -> DfsResult<()> {
         if !durable {
             self.meta.commit_durably()?;
@@ -273,6 +289,7 @@ impl Shared {
             drop(held);
             self.chunks.keep_spares(spares)?;
         }
+        self.chunks.sync_changed_dirs()?;
         self.forget(batch)
     }
 

@@ -502,6 +502,13 @@ impl ChunkStore {
         Ok(())
     }
 
+    /// Makes the entries of the chunk directories that changed durable (chunk files made,
+    /// renamed or removed). Held under the writes lock, as fsync holds it: an fsync never
+    /// returns while a directory it needs is still being synced here.
+    pub fn sync_changed_dirs(&self) -> DfsResult<()> {
+        self.sync_dirs(&mut self.writes.lock())
+    }
+
     /// Whether chunk `key` has been read ahead and is waiting in memory.
     #[cfg(test)]
     pub(crate) fn holds_read_ahead(&self, key: (Oid, u64)) -> bool {
