@@ -36,49 +36,81 @@ pub fn run(data: &[u8]) -> bool {
     .contains(&true)
 }
 
-/// Whether the line is a keeper request, or an answer to one.
-fn keeper_line(text: &str) -> bool {
-    let request = keeper::Request::decode(text);
-    if let Ok(req) = &request {
-        let again = keeper::Request::decode(&req.encode()).expect("an encoded request decodes");
-        assert_eq!(again, *req);
+/// A line protocol of the node: requests, and replies read against the request they answer.
+trait LineProtocol: Sized + PartialEq + std::fmt::Debug {
+    type Reply: PartialEq + std::fmt::Debug;
+    fn decode(text: &str) -> Option<Self>;
+    fn encode(&self) -> String;
+    fn decode_reply(&self, text: &str) -> Option<Self::Reply>;
+    fn encode_reply(reply: &Self::Reply) -> String;
+}
+
+impl LineProtocol for keeper::Request {
+    type Reply = keeper::Reply;
+    fn decode(text: &str) -> Option<Self> {
+        keeper::Request::decode(text).ok()
     }
+    fn encode(&self) -> String {
+        keeper::Request::encode(self)
+    }
+    fn decode_reply(&self, text: &str) -> Option<keeper::Reply> {
+        keeper::Request::decode_reply(self, text).ok()
+    }
+    fn encode_reply(reply: &keeper::Reply) -> String {
+        reply.encode()
+    }
+}
+
+impl LineProtocol for control::Request {
+    type Reply = control::Reply;
+    fn decode(text: &str) -> Option<Self> {
+        control::Request::decode(text).ok()
+    }
+    fn encode(&self) -> String {
+        control::Request::encode(self)
+    }
+    fn decode_reply(&self, text: &str) -> Option<control::Reply> {
+        control::Request::decode_reply(self, text).ok()
+    }
+    fn encode_reply(reply: &control::Reply) -> String {
+        reply.encode()
+    }
+}
+
+/// Whether the line is a request of `P`, or an answer to one of `asked`; whatever it reads as
+/// encodes back to the same.
+fn line<P: LineProtocol>(text: &str, asked: &[P]) -> bool {
+    let request = P::decode(text);
+    if let Some(req) = &request {
+        assert_eq!(P::decode(&req.encode()).as_ref(), Some(req));
+    }
+    let mut replies = 0;
+    for req in asked {
+        if let Some(reply) = req.decode_reply(text) {
+            assert_eq!(req.decode_reply(&P::encode_reply(&reply)), Some(reply));
+            replies += 1;
+        }
+    }
+    request.is_some() || replies > 0
+}
+
+fn keeper_line(text: &str) -> bool {
     let asked = [
         keeper::Request::List,
         keeper::Request::Unmount { volume: "v".into() },
         keeper::Request::Handover { volume: "v".into() },
     ];
-    let mut replies = 0;
-    for req in asked {
-        if let Ok(reply) = req.decode_reply(text) {
-            assert_eq!(req.decode_reply(&reply.encode()).ok(), Some(reply));
-            replies += 1;
-        }
-    }
-    request.is_ok() || replies > 0
+    line(text, &asked)
 }
 
-/// Whether the line is a worker control request, or an answer to one.
 fn control_line(text: &str) -> bool {
-    let request = control::Request::decode(text);
-    if let Ok(req) = &request {
-        let again = control::Request::decode(&req.encode()).expect("an encoded request decodes");
-        assert_eq!(again, *req);
-    }
     let asked = [
         control::Request::Health,
         control::Request::Stats,
         control::Request::Statfs,
         control::Request::Stop,
     ];
-    let mut replies = 0;
-    for req in asked {
-        if let Ok(reply) = req.decode_reply(text) {
-            assert_eq!(req.decode_reply(&reply.encode()).ok(), Some(reply));
-            replies += 1;
-        }
-    }
-    request.is_ok() || replies > 0
+    line(text, &asked)
 }
 
 pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
