@@ -21,6 +21,11 @@ out=${FUZZ_OUT:-$PWD/target/fuzz}
 # rebuild everything whenever one switches between `cargo afl` and `cargo`.
 export CARGO_TARGET_DIR=${AFL_TARGET_DIR:-$PWD/target/afl}
 bin=$CARGO_TARGET_DIR/release/dpufs-fuzz
+# The in-process engines' data (fuzz/src/engine.rs), in memory where there is tmpfs; AFL++ kills
+# its children, so what they leave is removed here.
+DPUFS_FUZZ_DATA=$(mktemp -d /dev/shm/dpufs-fuzz.XXXXXX 2>/dev/null || mktemp -d)
+export DPUFS_FUZZ_DATA
+trap 'rm -rf "$DPUFS_FUZZ_DATA"' EXIT
 
 echo "=== building the fuzz targets with AFL++ instrumentation"
 cargo afl build --release --locked -p dpufs-fuzz --features afl --bin dpufs-fuzz

@@ -9,11 +9,28 @@ use dpufs_proto::daos::props::CONT_DPUFS_QUOTA;
 pub struct FuzzEngine {
     engine: TestEngine,
     ctx: ConnectionContext,
+    // Removed after the engine.
+    _data: tempfile::TempDir,
+}
+
+/// Where the engine keeps its data: under `$DPUFS_FUZZ_DATA` (tools/fuzz.sh makes it, and
+/// removes it with what AFL++'s killed children left there), else in memory (tmpfs) where there
+/// is one. On a disk, a write-back storm of other work (a CI run's build) can stall one
+/// metadata change for seconds, which AFL++ would report as a hang of the target.
+fn data_dir() -> tempfile::TempDir {
+    let shm = std::path::PathBuf::from("/dev/shm");
+    let parent = match std::env::var_os("DPUFS_FUZZ_DATA") {
+        Some(dir) => Some(std::path::PathBuf::from(dir)),
+        None => shm.is_dir().then_some(shm),
+    };
+    let made = parent.and_then(|p| tempfile::tempdir_in(p).ok());
+    made.unwrap_or_else(|| tempfile::tempdir().expect("a data directory"))
 }
 
 impl FuzzEngine {
     pub fn start() -> FuzzEngine {
-        let engine = TestEngine::start(1);
+        let data = data_dir();
+        let engine = TestEngine::start_at(data.path(), 1);
         let pool = engine.pool("fuzz", 64 << 20, 256 << 20);
         let container = engine.container(&pool, "fuzz", &[(CONT_DPUFS_QUOTA, 32 << 20)]);
         let rights = Rights {
@@ -26,7 +43,11 @@ impl FuzzEngine {
             snapshot: None,
             rights,
         };
-        FuzzEngine { engine, ctx }
+        FuzzEngine {
+            engine,
+            ctx,
+            _data: data,
+        }
     }
 
     /// A connection to the container: requests go to the data service unchanged.
