@@ -6,13 +6,12 @@
 //! next), as it does between a worker's requests.
 
 use crate::engine::FuzzEngine;
+use dpufs_daos::dfs::ROOT_OID as ROOT;
 use dpufs_e2e::in_process::{InProcess, SliceBulk};
 use dpufs_fabric::session::MAX_CONTROL_MESSAGE;
 use dpufs_proto::engine::v1::{self as eng, dfs_request::Op};
 use prost::Message;
 
-/// The root directory's oid.
-const ROOT: u64 = 1;
 /// The bulk buffer's size: a fuzzed request may name any part of it, or beyond.
 const BULK: usize = 64 << 10;
 

@@ -11,24 +11,13 @@ use dpufs_csi::worker::throttle::Throttle;
 use dpufs_daos::dfs::EngineDfs;
 use dpufs_node_api::control::OpStats;
 use dpufs_node_api::qos::QosLimits;
+use fuse_backend_rs::abi::fuse_abi::{Opcode, ROOT_ID as ROOT};
 use fuse_backend_rs::api::server::Server;
 use fuse_backend_rs::transport::{FuseBuf, FuseDevWriter, Reader};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
-const FUSE_LOOKUP: u32 = 1;
-const FUSE_GETATTR: u32 = 3;
-const FUSE_MKDIR: u32 = 9;
-const FUSE_READ: u32 = 15;
-const FUSE_WRITE: u32 = 16;
-const FUSE_SETXATTR: u32 = 21;
-const FUSE_GETXATTR: u32 = 22;
-const FUSE_INIT: u32 = 26;
-const FUSE_READDIRPLUS: u32 = 44;
-const FUSE_CREATE: u32 = 35;
-/// The root's node id.
-const ROOT: u64 = 1;
 /// Largest request the worker reads (its buffer: 1 MiB of data and the header).
 const MAX_REQUEST: usize = (1 << 20) + 4096;
 
@@ -101,11 +90,11 @@ impl FuseHarness {
 }
 
 /// A request: the header (length, opcode, unique id, node, uid, gid, pid) and `body`.
-fn request(opcode: u32, node: u64, body: &[u8]) -> Vec<u8> {
+fn request(opcode: Opcode, node: u64, body: &[u8]) -> Vec<u8> {
     let len = (40 + body.len()) as u32;
     let mut out = Vec::with_capacity(len as usize);
     out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&opcode.to_le_bytes());
+    out.extend_from_slice(&(opcode as u32).to_le_bytes());
     out.extend_from_slice(&7u64.to_le_bytes());
     out.extend_from_slice(&node.to_le_bytes());
     for id in [1000u32, 1000, 4242, 0] {
@@ -130,7 +119,7 @@ fn with_name(mut body: Vec<u8>, name: &str) -> Vec<u8> {
 
 /// INIT of protocol 7.31 with no flags.
 fn init() -> Vec<u8> {
-    request(FUSE_INIT, 0, &words(&[7, 31, 1 << 17, 0], &[4, 4, 4, 4]))
+    request(Opcode::Init, 0, &words(&[7, 31, 1 << 17, 0], &[4, 4, 4, 4]))
 }
 
 pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
@@ -142,11 +131,11 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     setxattr.push(b'v');
     vec![
         ("init", init()),
-        ("getattr", request(FUSE_GETATTR, ROOT, &[0; 16])),
+        ("getattr", request(Opcode::Getattr, ROOT, &[0; 16])),
         (
             "create",
             request(
-                FUSE_CREATE,
+                Opcode::Create,
                 ROOT,
                 &with_name(words(&[0o101, 0o100644, 0o22, 0], &[4; 4]), "f"),
             ),
@@ -154,23 +143,23 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         (
             "mkdir",
             request(
-                FUSE_MKDIR,
+                Opcode::Mkdir,
                 ROOT,
                 &with_name(words(&[0o755, 0o22], &[4, 4]), "d"),
             ),
         ),
         (
             "lookup",
-            request(FUSE_LOOKUP, ROOT, &with_name(Vec::new(), "f")),
+            request(Opcode::Lookup, ROOT, &with_name(Vec::new(), "f")),
         ),
-        ("write", request(FUSE_WRITE, 2, &write)),
-        ("read", request(FUSE_READ, 2, &io(4096))),
-        ("readdirplus", request(FUSE_READDIRPLUS, ROOT, &io(4096))),
-        ("setxattr", request(FUSE_SETXATTR, 2, &setxattr)),
+        ("write", request(Opcode::Write, 2, &write)),
+        ("read", request(Opcode::Read, 2, &io(4096))),
+        ("readdirplus", request(Opcode::Readdirplus, ROOT, &io(4096))),
+        ("setxattr", request(Opcode::Setxattr, 2, &setxattr)),
         (
             "getxattr",
             request(
-                FUSE_GETXATTR,
+                Opcode::Getxattr,
                 2,
                 &with_name(words(&[64, 0], &[4, 4]), "user.k"),
             ),

@@ -85,28 +85,19 @@ impl Spares {
         path: &Path,
         file: &dyn DiskFile,
     ) -> std::io::Result<()> {
-        let Some(dir) = path.parent() else {
-            return disk.remove(path);
-        };
-        if !self.has_room(dir) || disk.is_shared(path)? {
-            return disk.remove(path);
+        if let Some(spare) = self.detach(disk, path)? {
+            // Emptied now, so its space is free at once; `create` checks again.
+            file.set_len(0)?;
+            self.keep(spare);
         }
-        // Emptied now, so its space is free at once; `create` checks again.
-        file.set_len(0)?;
-        let spare = dir.join(SUBDIR).join(self.next.to_string());
-        self.next += 1;
-        disk.rename(path, &spare)?;
-        self.by_dir
-            .entry(dir.to_path_buf())
-            .or_default()
-            .push(spare);
         Ok(())
     }
 
-    /// Takes the chunk file `path` of a removed file out of its name, holding the data gate:
-    /// renamed to a new spare, returned to be emptied (outside the gate) and handed to
-    /// [`Spares::keep`]; deleted (None) when a snapshot shares it or its directory has no
-    /// room; None when it does not exist (a hole, or cut before a crash).
+    /// Takes the chunk file `path` out of its name, holding the data gate: renamed to a new
+    /// spare, returned to be emptied (by [`Spares::retire`] at once, or by the reclaimer of a
+    /// removed file outside the gate) and handed to [`Spares::keep`]; deleted (None) when a
+    /// snapshot shares it or its directory has no room; None when it does not exist (a hole,
+    /// or cut before a crash).
     pub fn detach(&mut self, disk: &dyn Disk, path: &Path) -> std::io::Result<Option<PathBuf>> {
         let shared = match disk.is_shared(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
