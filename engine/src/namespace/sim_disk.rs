@@ -33,6 +33,8 @@ struct WriteSwitch {
     released: std::sync::Condvar,
     /// Syncs of data files so far.
     syncs: std::sync::atomic::AtomicU64,
+    /// Data files opened or sized so far (each an `open` or `stat` on a real disk).
+    probes: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -43,6 +45,11 @@ struct SwitchState {
 }
 
 impl WriteSwitch {
+    fn count_probe(&self) {
+        self.probes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Waits while writes are held; EIO while they fail; panics while they panic.
     fn pass(&self) -> io::Result<()> {
         let st = self.state.lock().expect("write switch");
@@ -121,6 +128,13 @@ impl SimDisk {
         self.switch.syncs.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// How many times a data file was opened or sized, found or not.
+    pub fn data_file_probes(&self) -> u64 {
+        self.switch
+            .probes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Holds every file write until released (`false`).
     pub fn hold_writes(&self, held: bool) {
         self.switch.state.lock().expect("write switch").held = held;
@@ -163,6 +177,9 @@ impl SimDisk {
 impl Disk for SimDisk {
     fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn DiskFile>> {
         let switch = (path.extension() != Some("redb".as_ref())).then(|| self.switch.clone());
+        if let Some(switch) = &switch {
+            switch.count_probe();
+        }
         let mut files = self.files.lock().expect("sim disk");
         match files.get(path) {
             Some(c) => Ok(Arc::new(SimFile(c.clone(), switch))),
@@ -203,6 +220,7 @@ impl Disk for SimDisk {
         Ok(files.values().filter(|o| Arc::ptr_eq(o, c)).count() > 1)
     }
     fn size_of(&self, path: &Path) -> io::Result<Option<u64>> {
+        self.switch.count_probe();
         let files = self.files.lock().expect("sim disk");
         Ok(files
             .get(path)

@@ -261,6 +261,34 @@ fn fsynced_data_survives_a_crash() {
 }
 
 #[test]
+fn an_oid_a_crash_took_back_is_never_handed_out_again() {
+    let (disk, ns) = fresh(None);
+    let lost = ns.create(ROOT, "lost", 0o644, 0, 0).unwrap();
+    ns.write(lost.oid, 0, b"a lost file's bytes").unwrap();
+    // The kernel wrote the chunk back; the create itself never became durable.
+    let chunk = ns.chunks().chunk_path(lost.oid, 0);
+    disk.open(&chunk, false).unwrap().sync().unwrap();
+    let crashed = disk.crash();
+    drop(ns);
+    let after = Namespace::open(Arc::new(crashed.clone()), config(None)).unwrap();
+    assert_eq!(after.lookup(ROOT, "lost").unwrap_err().errno, Errno::NOENT);
+    assert_eq!(
+        crashed.size_of(&chunk).unwrap(),
+        Some(19),
+        "the orphan stays"
+    );
+
+    let new = after.create(ROOT, "new", 0o644, 0, 0).unwrap();
+    assert_ne!(new.oid, lost.oid);
+    let grow = SetAttr {
+        size: Some(19),
+        ..SetAttr::default()
+    };
+    after.setattr(new.oid, grow).unwrap();
+    assert_eq!(read_all(&after, new.oid), vec![0; 19]);
+}
+
+#[test]
 fn unsynced_work_is_really_lost_in_the_simulation() {
     // Guards the durability test: the simulated crash must discard unsynced data.
     let (disk, ns) = fresh(None);

@@ -122,3 +122,37 @@ fn a_snapshot_cuts_removed_files_first_and_links_none_of_their_chunks() {
     let snap = Namespace::open(Arc::new(disk), config_at("snap", true)).unwrap();
     assert_eq!(snap.meta.unreclaimed().unwrap(), vec![]);
 }
+
+#[test]
+fn a_sparse_file_is_cut_and_removed_for_the_chunks_it_holds_not_for_its_size() {
+    let (disk, ns) = fresh(None);
+    let f = ns.create(ROOT, "sparse", 0o644, 0, 0).unwrap();
+    let cs = ns.chunk_size();
+    // A million chunks long, two of them written: probing each chunk of the size would open
+    // a file a million times (and a tenant may set the size to 2^63).
+    let far = 900_000 * cs + 5;
+    ns.write(f.oid, 0, b"near").unwrap();
+    ns.write(f.oid, far, b"far").unwrap();
+    let size = |size| SetAttr {
+        size: Some(size),
+        ..SetAttr::default()
+    };
+    ns.setattr(f.oid, size(1_000_000 * cs)).unwrap();
+    let held = |idx| disk.size_of(&ns.chunks().chunk_path(f.oid, idx)).unwrap();
+    assert_eq!(held(900_000), Some(8));
+
+    let before = disk.data_file_probes();
+    ns.setattr(f.oid, size(2)).unwrap();
+    assert_eq!(held(900_000), None, "the far chunk is cut");
+    assert_eq!(held(0), Some(2));
+    assert_eq!(ns.used().unwrap(), 2);
+    // Removed while a million chunks long.
+    ns.write(f.oid, far, b"far").unwrap();
+    ns.setattr(f.oid, size(1_000_000 * cs)).unwrap();
+    ns.unlink(ROOT, "sparse").unwrap();
+    assert_eq!(ns.used().unwrap(), 0);
+    ns.wait_reclaimed();
+    assert_eq!((held(0), held(900_000)), (None, None));
+    let probes = disk.data_file_probes() - before;
+    assert!(probes < 100, "{probes} chunk files probed");
+}

@@ -55,6 +55,11 @@ const MAX_OPEN_CHUNKS: usize = 1024;
 /// synced), and the set stays bounded.
 const MAX_DIRTY_CHUNKS: usize = 65_536;
 
+/// Chunks of a range probed one by one when cut or removed; a longer range (a sparse file, or
+/// more than 4 GiB of 1 MiB chunks) lists the chunk directories instead: an `open` per chunk
+/// of the range against a directory entry per chunk file of the container.
+const PROBE_AT_MOST: u64 = 4096;
+
 /// Largest file end: what off_t can address.
 const MAX_FILE_END: u64 = i64::MAX as u64;
 
@@ -268,6 +273,29 @@ impl ChunkStore {
             let stop = ((idx + 1) * cs).min(end);
             (idx, start - idx * cs, stop - start)
         })
+    }
+
+    /// The chunks of `oid` in `range` that may have a file: the range itself when it is short,
+    /// else the ones the chunk directories hold. A file's size says nothing of its data (a
+    /// tenant may set it to 2^63 and write one byte), and cutting or removing it must cost
+    /// what it holds, not one `open` per chunk of its size.
+    fn chunks_in(&self, oid: Oid, range: std::ops::Range<u64>) -> DfsResult<Vec<u64>> {
+        if range.end.saturating_sub(range.start) <= PROBE_AT_MOST {
+            return Ok(range.collect());
+        }
+        let prefix = format!("{oid:x}.");
+        let mut found = Vec::new();
+        for dir in &self.dirs {
+            for path in self.disk.list(dir).storage()? {
+                let idx = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.strip_prefix(&prefix).and_then(|i| i.parse::<u64>().ok()));
+                found.extend(idx.filter(|i| range.contains(i)));
+            }
+        }
+        found.sort_unstable();
+        Ok(found)
     }
 
     /// The chunks [offset, offset + len) touches.
@@ -525,7 +553,7 @@ impl Quiesced<'_> {
         let st = &mut *self.st;
         let cs = store.chunk_size;
         let mut freed = 0;
-        for idx in new_size / cs..old_size.div_ceil(cs) {
+        for idx in store.chunks_in(oid, new_size / cs..old_size.div_ceil(cs))? {
             let Some(f) = store.chunk(st, oid, idx, false)? else {
                 continue;
             };
@@ -563,7 +591,7 @@ impl Quiesced<'_> {
         let store = self.store;
         let st = &mut *self.st;
         let mut spares = Vec::new();
-        for idx in 0..size.div_ceil(store.chunk_size) {
+        for idx in store.chunks_in(oid, 0..size.div_ceil(store.chunk_size))? {
             st.open.remove(&(oid, idx));
             st.dirty.remove(&(oid, idx));
             let path = store.chunk_path(oid, idx);
@@ -580,7 +608,7 @@ impl Quiesced<'_> {
     pub fn held_bytes(&self, oid: Oid, size: u64) -> DfsResult<u64> {
         let store = self.store;
         let mut held = 0;
-        for idx in 0..size.div_ceil(store.chunk_size) {
+        for idx in store.chunks_in(oid, 0..size.div_ceil(store.chunk_size))? {
             held += match self.st.open.get(&(oid, idx)) {
                 Some(f) => f.size().storage()?,
                 None => store

@@ -11,7 +11,7 @@
 //! | `entries` | (directory, hash of name, name) → oid | a dkey per entry of the directory object |
 //! | `symlinks` | oid → target | akey `DFS_SLINK` |
 //! | `xattrs` | (oid, name) → value | akeys `x:<name>` |
-//! | `super` | `next_oid`, `used_bytes`, `chunk_size` | the superblock object |
+//! | `super` | `next_oid` (end of the oids reserved, `oids.rs`), `used_bytes`, `chunk_size` | the superblock object |
 //! | `reclaim` | oid → size | DAOS's aggregation of punched objects |
 //!
 //! This file holds the store, its transactions and the object reads; names are in
@@ -20,6 +20,7 @@
 
 mod entries;
 mod names;
+mod oids;
 mod pending;
 mod xattrs;
 
@@ -44,7 +45,7 @@ use redb::{
 };
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
 /// (directory, hash of the name, name) → object: a directory's entries are keys of its
@@ -127,6 +128,8 @@ pub(crate) struct MetaStore {
     /// Transactions committed so far, and how many of them are known durable.
     commits: AtomicU64,
     durable: AtomicU64,
+    /// Oids reserved durably and not handed out yet.
+    oids: Mutex<oids::OidRange>,
 }
 
 /// A change in progress, for what the namespace does across both stores in one transaction
@@ -183,6 +186,7 @@ impl MetaStore {
             pending: RwLock::default(),
             commits: AtomicU64::new(0),
             durable: AtomicU64::new(0),
+            oids: Mutex::default(),
         })
     }
 
@@ -326,10 +330,19 @@ impl MetaStore {
         // Recorded without forcing the disk, so readers wait only for that commit; the
         // durable one below persists it (redb orders commits).
         self.record_pending(&mut self.pending_mut())?;
+        self.commit_forced(|_| Ok(()))
+    }
+
+    /// Commits `f`'s changes and every earlier one durably.
+    fn commit_forced(&self, f: impl FnOnce(&WriteTransaction) -> DfsResult<()>) -> DfsResult<()> {
         let mut tx = self.db.begin_write().storage()?;
         // Every commit counted so far came before this transaction began.
         let before = self.commits.load(Ordering::SeqCst);
         tx.set_durability(Durability::Immediate).storage()?;
+        if let Err(e) = f(&tx) {
+            tx.abort().storage()?;
+            return Err(e);
+        }
         tx.commit().storage()?;
         self.durable.fetch_max(before, Ordering::SeqCst);
         Ok(())

@@ -6,7 +6,7 @@
 //! namespace's `reclaim.rs`).
 
 use super::entries::{entry_key, has_entries};
-use super::{ENTRIES, INODES, MetaStore, NEXT_OID, RECLAIM, SUPER, SYMLINKS, adjust_used};
+use super::{ENTRIES, INODES, MetaStore, RECLAIM, SYMLINKS, adjust_used};
 use super::{get_dir, get_inode, put_inode};
 use crate::namespace::error::StorageResult;
 use crate::namespace::error::{DfsResult, Errno, err};
@@ -110,15 +110,15 @@ impl MetaStore {
         target: Option<&str>,
     ) -> DfsResult<Inode> {
         name_ok(name)?;
+        // Taken before the transaction: reserving a range commits one of its own. A create
+        // that fails leaves its oid unused, which costs nothing.
+        let oid = self.new_oid()?;
         self.transact(|tx| {
             let mut parent = get_dir(&tx.open_table(INODES).storage()?, dir)?;
             let mut entries = tx.open_table(ENTRIES).storage()?;
             if entries.get(entry_key(dir, name)).storage()?.is_some() {
                 return Err(err(Errno::EXIST, format!("{name:?} exists")));
             }
-            let mut sup = tx.open_table(SUPER).storage()?;
-            let oid = sup.get(NEXT_OID).storage()?.map_or(ROOT + 1, |v| v.value());
-            sup.insert(NEXT_OID, oid + 1).storage()?;
             let now = Time::now();
             // Applied here, in the transaction that makes the entry, so no client reads the
             // parent first.
