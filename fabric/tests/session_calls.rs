@@ -4,13 +4,15 @@
 
 mod common;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::Duration;
 
 use dpufs_fabric::session::testing::KvStore;
 use dpufs_fabric::session::{
     Bulk, Capability, Forgery, Invalidation, LeaseClaim, LeaseEventKind, LeaseRight, Limits,
-    MAX_CONTROL_MESSAGE, Rights, RunningServer, ServerConfig, SessionConfig, SessionError,
-    SignedCapability, TenantSession,
+    MAX_CONTROL_MESSAGE, MAX_HANDSHAKES, Rights, RunningServer, ServerConfig, SessionConfig,
+    SessionError, SignedCapability, TenantSession,
 };
 use dpufs_fabric::soft::{DeviceOptions, SoftDevice};
 
@@ -399,4 +401,80 @@ fn workers_waiting_for_bounce_buffers_keep_polling() {
             });
         }
     });
+}
+
+/// Whether the server closed `stream` (end of file or a reset) before the client gave up
+/// waiting (`patience`): what a server that holds a stalled handshake forever fails.
+fn closed_by_server(stream: &mut TcpStream, patience: Duration) -> bool {
+    stream.set_read_timeout(Some(patience)).unwrap();
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
+
+/// A hello's start: magic, version, depth, max bulk, then the capability's length.
+fn hello_claiming(capability_len: u32) -> Vec<u8> {
+    let mut out = b"DPSS".to_vec();
+    out.extend_from_slice(&1u16.to_le_bytes());
+    out.extend_from_slice(&8u16.to_le_bytes());
+    out.extend_from_slice(&(1u32 << 20).to_le_bytes());
+    out.extend_from_slice(&capability_len.to_le_bytes());
+    out
+}
+
+#[test]
+fn stalled_handshakes_are_bounded_and_a_hello_claiming_gigabytes_is_closed_at_once() {
+    // Long enough that "closed" below can only mean "closed at once".
+    let bed = Bed::new(ServerConfig {
+        handshake_timeout: Duration::from_secs(60),
+        ..ServerConfig::default()
+    });
+    let mut giant = TcpStream::connect(bed.addr()).unwrap();
+    giant.write_all(&hello_claiming(u32::MAX)).unwrap();
+    assert!(closed_by_server(&mut giant, Duration::from_secs(20)));
+
+    // Clients that connect and send nothing, or half a hello, each hold a handshake.
+    let stalled: Vec<TcpStream> = (0..MAX_HANDSHAKES)
+        .map(|i| {
+            let mut s = TcpStream::connect(bed.addr()).unwrap();
+            if i % 2 == 1 {
+                s.write_all(&hello_claiming(100)[..9]).unwrap();
+            }
+            s
+        })
+        .collect();
+    let session = bed.session(small());
+    match session.connect(bed.addr(), bed.cap("acme", Rights::READ_WRITE)) {
+        Err(SessionError::Refused { reason, .. }) => {
+            assert!(reason.contains("too many handshakes"), "{reason}")
+        }
+        other => panic!("expected a refusal beyond {MAX_HANDSHAKES} handshakes: {other:?}"),
+    }
+    // Once they go, a real client gets in again.
+    drop(stalled);
+    let conn = (0..100)
+        .find_map(|_| {
+            let got = session.connect(bed.addr(), bed.cap("acme", Rights::READ_WRITE));
+            got.map_err(|_| std::thread::sleep(Duration::from_millis(50)))
+                .ok()
+        })
+        .expect("a connection once the stalled handshakes are gone");
+    conn.call(&KvStore::put("k"), Bulk::ToServer(b"v")).unwrap();
+}
+
+#[test]
+fn a_client_that_never_finishes_its_hello_is_closed_at_the_handshake_timeout() {
+    let bed = Bed::new(ServerConfig {
+        handshake_timeout: Duration::from_secs(1),
+        ..ServerConfig::default()
+    });
+    let mut silent = TcpStream::connect(bed.addr()).unwrap();
+    let mut half = TcpStream::connect(bed.addr()).unwrap();
+    half.write_all(&hello_claiming(100)[..9]).unwrap();
+    // Well past the timeout, well short of forever.
+    assert!(closed_by_server(&mut silent, Duration::from_secs(30)));
+    assert!(closed_by_server(&mut half, Duration::from_secs(30)));
 }

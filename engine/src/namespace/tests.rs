@@ -71,6 +71,11 @@ fn files_span_chunks_and_holes_read_as_zero() {
     // Reads past the end are short.
     let mut buf = [0u8; 16];
     assert_eq!(ns.read(f.oid, 500_000, &mut buf).unwrap(), 4);
+    // ... and empty at any offset a client may send (found by the fuzzer: the last
+    // chunk's end overflowed).
+    for offset in [500_004, i64::MAX as u64, u64::MAX - 100, u64::MAX] {
+        assert_eq!(ns.read(f.oid, offset, &mut buf).unwrap(), 0, "at {offset}");
+    }
 }
 
 #[test]

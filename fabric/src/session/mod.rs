@@ -59,7 +59,7 @@ pub use error::SessionError;
 pub use handler::{BulkAccess, Handler, Request};
 pub use lease::ScopedRkey;
 pub use policy::{Backoff, Clock, Limits, ManualClock, Quarantine, QuarantinePolicy, SystemClock};
-pub use server::{RunningServer, ServerConfig, SessionServer, ShutdownHandle};
+pub use server::{MAX_HANDSHAKES, RunningServer, ServerConfig, SessionServer, ShutdownHandle};
 pub use stats::{LeaseEvent, LeaseEventKind, ServerStats, SessionStats};
 pub use tenant::{Invalidation, SessionConfig, TenantSession};
 pub use wire::{LeaseClaim, LeaseRight, MAX_CONTROL_MESSAGE, PROTOCOL_VERSION};

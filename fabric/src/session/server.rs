@@ -32,8 +32,10 @@ use super::worker::{MAX_PUSHES, worker_loop};
 use crate::provider::RdmaDevice;
 use crate::verbs::Access;
 
-/// Handshakes served at once; more are refused.
-const MAX_HANDSHAKES: usize = 32;
+/// Handshakes served at once; a connection beyond them is refused at once ("too many
+/// handshakes at once; retry"). Each pending one holds a thread until its hello arrives or
+/// `handshake_timeout` passes.
+pub const MAX_HANDSHAKES: usize = 32;
 
 /// How a server is sized and behaves.
 #[derive(Clone, Debug)]
