@@ -5,11 +5,12 @@
 //! feature.
 
 use crate::Endpoint;
+use crate::session::agent::{HolderKey, holder_proved};
 use crate::session::wire::{
-    Answer, Hello, LeaseClaim, LeaseRight, PROTOCOL_VERSION, ReplyHeader, ReplyStatus,
+    Answer, Challenge, Hello, LeaseClaim, LeaseRight, PROTOCOL_VERSION, ReplyHeader, ReplyStatus,
     RequestHeader,
 };
-use crate::session::{Capability, SignedCapability, TrustedAgents};
+use crate::session::{AgentKey, Capability, SignedCapability, TrustedAgents};
 use crate::soft::cm::PeerInfo;
 use crate::soft::wire::{Frame, HEADER_LEN, Op};
 use std::time::Duration;
@@ -63,7 +64,9 @@ pub fn handshake(data: &[u8], trusted: &TrustedAgents, now: u64) -> bool {
         if let Ok(cap) = SignedCapability::from_bytes(&hello.capability) {
             if let Ok(claims) = trusted.verify(&cap, now, Duration::from_secs(30)) {
                 let lifetime = Duration::from_secs(86_400);
-                accepted |= claims.check_lifetime(now, lifetime, Duration::ZERO).is_ok();
+                let message = hello.proof_message(&SEED_CHALLENGE);
+                accepted |= claims.check_lifetime(now, lifetime, Duration::ZERO).is_ok()
+                    && holder_proved(&claims.holder, &message, &hello.proof);
             }
             let _ = cap.claims();
         }
@@ -148,9 +151,24 @@ pub fn wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-/// A hello carrying `capability`, as a client sends it; and the answers a server sends.
+/// The challenge the seeds' hellos answer, and against which [`handshake`] checks proofs.
+const SEED_CHALLENGE: Challenge = Challenge([3; 32]);
+
+/// `claims` signed by `agent` for the holder key whose private half is `holder`: a
+/// deterministic token, for seeds that must be the same in every run.
+pub fn sign_held_by(agent: &AgentKey, claims: &Capability, holder: [u8; 32]) -> SignedCapability {
+    let holder = HolderKey::from_private_raw(&holder).expect("an Ed25519 key");
+    let claims = Capability {
+        holder: holder.public_raw().expect("its public half"),
+        ..claims.clone()
+    };
+    agent.sign_claims(&claims).expect("signed").held_by(holder)
+}
+
+/// A hello carrying `capability` and its proof for the seeds' challenge, as a client sends
+/// it; and the answers a server sends.
 pub fn handshake_seeds(capability: &SignedCapability) -> Vec<(&'static str, Vec<u8>)> {
-    let hello = Hello {
+    let mut hello = Hello {
         version: PROTOCOL_VERSION,
         depth: 8,
         max_bulk: 1 << 20,
@@ -163,7 +181,12 @@ pub fn handshake_seeds(capability: &SignedCapability) -> Vec<(&'static str, Vec<
             ctx: 4,
         }
         .encode(),
+        proof: Vec::new(),
     };
+    hello.proof = capability
+        .prove(&hello.proof_message(&SEED_CHALLENGE))
+        .expect("signed")
+        .expect("a token with its holder key");
     let accept = Answer::Accept {
         depth: 8,
         max_bulk: 1 << 20,

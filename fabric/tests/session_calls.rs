@@ -11,8 +11,8 @@ use std::time::Duration;
 use dpufs_fabric::session::testing::KvStore;
 use dpufs_fabric::session::{
     Bulk, Capability, Forgery, Invalidation, LeaseClaim, LeaseEventKind, LeaseRight, Limits,
-    MAX_CONTROL_MESSAGE, MAX_HANDSHAKES, Rights, RunningServer, ServerConfig, SessionConfig,
-    SessionError, SignedCapability, TenantSession,
+    MAX_CONTROL_MESSAGE, MAX_HANDSHAKES, PROTOCOL_VERSION, Rights, RunningServer, ServerConfig,
+    SessionConfig, SessionError, SignedCapability, TenantSession,
 };
 use dpufs_fabric::soft::{DeviceOptions, SoftDevice};
 
@@ -403,22 +403,25 @@ fn workers_waiting_for_bounce_buffers_keep_polling() {
     });
 }
 
-/// Whether the server closed `stream` (end of file or a reset) before the client gave up
-/// waiting (`patience`): what a server that holds a stalled handshake forever fails.
+/// Whether the server closed `stream` (end of file or a reset), after its challenge, before
+/// the client gave up waiting (`patience`): what a server that holds a stalled handshake
+/// forever fails.
 fn closed_by_server(stream: &mut TcpStream, patience: Duration) -> bool {
     stream.set_read_timeout(Some(patience)).unwrap();
-    let mut byte = [0u8; 1];
-    match stream.read(&mut byte) {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    let mut buf = [0u8; 64];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) => return e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
     }
 }
 
 /// A hello's start: magic, version, depth, max bulk, then the capability's length.
 fn hello_claiming(capability_len: u32) -> Vec<u8> {
     let mut out = b"DPSS".to_vec();
-    out.extend_from_slice(&1u16.to_le_bytes());
+    out.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
     out.extend_from_slice(&8u16.to_le_bytes());
     out.extend_from_slice(&(1u32 << 20).to_le_bytes());
     out.extend_from_slice(&capability_len.to_le_bytes());

@@ -496,6 +496,45 @@ fn expired_and_forged_capabilities_are_refused_at_the_handshake() {
 }
 
 #[test]
+fn a_capability_captured_on_the_wire_cannot_be_presented_by_anyone_else() {
+    let world = World::new();
+    with_victim(&world, |_| {
+        let established = world.server.server().stats().connections;
+        let session = world.attacker(attacker_config());
+        let refused = |cap: SignedCapability, expect: &str| match session.connect(world.addr(), cap)
+        {
+            Err(SessionError::Refused { reason, .. }) => {
+                assert!(
+                    reason.contains(expect),
+                    "{reason:?} should mention {expect:?}"
+                )
+            }
+            other => panic!("expected a refusal mentioning {expect:?}, got {other:?}"),
+        };
+        // The victim's token as it crosses the network in a hello: signed, valid, for the
+        // victim's tenant, and without the holder key, which never leaves the worker.
+        let issued = world.cap("victim");
+        let captured = SignedCapability::from_bytes(&issued.to_bytes()).unwrap();
+        refused(captured, "no proof of holding");
+        // Proved with a holder key of the attacker's own (from a token of its own).
+        let (wire, _) = issued
+            .to_hex()
+            .split_once(':')
+            .map(|(w, h)| (w.to_owned(), h.to_owned()))
+            .unwrap();
+        let mine = world.cap("mallory").to_hex();
+        let (_, my_holder) = mine.split_once(':').unwrap();
+        let rekeyed = SignedCapability::from_hex(&format!("{wire}:{my_holder}")).unwrap();
+        refused(rekeyed, "does not verify for the capability's holder key");
+        let server = world.server.server().stats();
+        assert_eq!(server.refused_handshakes, 2);
+        assert_eq!(server.connections, established, "no QP for either");
+        // The token with its holder key, as issued, is served.
+        session.connect(world.addr(), issued).unwrap();
+    });
+}
+
+#[test]
 fn a_live_connection_is_refused_past_its_capabilitys_expiry_until_a_renewed_one_is_presented() {
     // No skew allowed, so the test waits seconds, not a minute.
     let config = ServerConfig {

@@ -46,15 +46,18 @@ pub fn wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
     let mut seeds = fuzzing::wire_seeds();
     let claims = claims();
     seeds.push(("claims", claims.encode().expect("claims encode")));
-    let signed = HandshakeKeys::new().key.sign(&claims).expect("signed");
+    let signed = fuzzing::sign_held_by(&HandshakeKeys::new().key, &claims, HOLDER);
     seeds.push(("signed-capability", signed.to_bytes()));
     seeds
 }
 
 pub fn handshake_seeds() -> Vec<(&'static str, Vec<u8>)> {
-    let signed = HandshakeKeys::new().key.sign(&claims()).expect("signed");
+    let signed = fuzzing::sign_held_by(&HandshakeKeys::new().key, &claims(), HOLDER);
     fuzzing::handshake_seeds(&signed)
 }
+
+/// The seeds' holder key (its private half), fixed like the agent's.
+const HOLDER: [u8; 32] = [8; 32];
 
 /// Claims valid an hour past [`NOW`].
 fn claims() -> Capability {

@@ -7,13 +7,14 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
 
+use super::agent::holder_proved;
 use super::bounce::BounceReleaser;
 use super::capability::{Capability, SignedCapability, unix_now};
 use super::error::SessionError;
 use super::lock;
 use super::server_conn::{Death, ServerConn, ServerShared};
 use super::stats::bump;
-use super::wire::{Answer, CONTROL_SLOT, Hello, PROTOCOL_VERSION, READY};
+use super::wire::{Answer, CONTROL_SLOT, Challenge, Hello, PROTOCOL_VERSION, READY};
 use super::worker::MAX_PUSHES;
 use crate::provider::{QueuePair, RdmaDevice};
 use crate::verbs::{Access, QpCaps, QpTransition};
@@ -32,8 +33,12 @@ pub(crate) fn refuse<D: RdmaDevice>(
     .write(stream)
 }
 
-/// Checks a hello before anything is created for it.
-fn admit<D: RdmaDevice>(shared: &ServerShared<D>, hello: &Hello) -> Result<Capability, String> {
+/// Checks a hello, answering `challenge`, before anything is created for it.
+fn admit<D: RdmaDevice>(
+    shared: &ServerShared<D>,
+    hello: &Hello,
+    challenge: &Challenge,
+) -> Result<Capability, String> {
     if hello.version != PROTOCOL_VERSION {
         return Err(format!(
             "session protocol version {} is not supported (this server speaks {PROTOCOL_VERSION})",
@@ -52,6 +57,25 @@ fn admit<D: RdmaDevice>(shared: &ServerShared<D>, hello: &Hello) -> Result<Capab
     claims
         .check_lifetime(unix_time, config.max_capability_lifetime, config.clock_skew)
         .map_err(|e| e.to_string())?;
+    if hello.proof.is_empty() {
+        return Err(
+            "no proof of holding the capability's key: a capability taken off the \
+                    wire cannot be presented; the worker needs the token as the node agent \
+                    issued it (its capability file)"
+                .into(),
+        );
+    }
+    if !holder_proved(
+        &claims.holder,
+        &hello.proof_message(challenge),
+        &hello.proof,
+    ) {
+        return Err(
+            "the proof does not verify for the capability's holder key (a \
+                    capability presented by someone it was not issued to)"
+                .into(),
+        );
+    }
     let key = (claims.tenant.clone(), claims.volume.clone());
     let now = shared.config.clock.now();
     if let Some((left, errors)) = lock(&shared.quarantine)
@@ -159,6 +183,10 @@ pub(crate) fn accept<D: RdmaDevice>(shared: &Arc<ServerShared<D>>, mut stream: T
     {
         return;
     }
+    let challenge = Challenge(rand::random());
+    if challenge.write(&mut stream).is_err() {
+        return;
+    }
     let hello = match Hello::read(&mut stream) {
         Ok(hello) => hello,
         Err(e) => {
@@ -167,7 +195,7 @@ pub(crate) fn accept<D: RdmaDevice>(shared: &Arc<ServerShared<D>>, mut stream: T
             return;
         }
     };
-    let claims = match admit(shared, &hello) {
+    let claims = match admit(shared, &hello, &challenge) {
         Ok(claims) => claims,
         Err(reason) => {
             let _ = refuse(shared, &mut stream, &reason);

@@ -12,6 +12,8 @@ use openssl::sign::{Signer, Verifier};
 use super::capability::{Capability, CapabilityError, SignedCapability};
 
 const SIGNING_CONTEXT: &[u8] = b"dpufs-capability-v1\0";
+/// What a holder signs, before the handshake's challenge and hello.
+const PROOF_CONTEXT: &[u8] = b"dpufs-session-proof-v1\0";
 
 fn crypto(e: openssl::error::ErrorStack) -> CapabilityError {
     CapabilityError::Crypto(e.to_string())
@@ -127,8 +129,22 @@ impl AgentKey {
         AgentPublicKey::from_raw(&self.key.raw_public_key().map_err(crypto)?)
     }
 
-    /// Signs `claims`.
+    /// Signs `claims`, bound to a new holder key pair: the token carries its private half
+    /// (for the worker, never on the wire) and the claims its public half.
     pub fn sign(&self, claims: &Capability) -> Result<SignedCapability, CapabilityError> {
+        let holder = HolderKey::generate()?;
+        let claims = Capability {
+            holder: holder.public_raw()?,
+            ..claims.clone()
+        };
+        Ok(self.sign_claims(&claims)?.held_by(holder))
+    }
+
+    /// Signs `claims` as they are.
+    pub(crate) fn sign_claims(
+        &self,
+        claims: &Capability,
+    ) -> Result<SignedCapability, CapabilityError> {
         let encoded = claims.encode()?;
         let mut signer = Signer::new_without_digest(&self.key).map_err(crypto)?;
         let signature = signer
@@ -140,6 +156,53 @@ impl AgentKey {
             signature,
         ))
     }
+}
+
+/// The key pair a capability is bound to (Ed25519): made by the agent for each token, its
+/// private half handed to the worker with the token and never sent.
+#[derive(Clone)]
+pub(crate) struct HolderKey(PKey<Private>);
+
+impl HolderKey {
+    fn generate() -> Result<HolderKey, CapabilityError> {
+        Ok(HolderKey(PKey::generate_ed25519().map_err(crypto)?))
+    }
+
+    pub(crate) fn from_private_raw(raw: &[u8]) -> Result<HolderKey, CapabilityError> {
+        let key = PKey::private_key_from_raw_bytes(raw, Id::ED25519).map_err(crypto)?;
+        Ok(HolderKey(key))
+    }
+
+    pub(crate) fn private_raw(&self) -> Vec<u8> {
+        // Ed25519 keys made or read here always have their raw form.
+        self.0.raw_private_key().unwrap_or_default()
+    }
+
+    pub(crate) fn public_raw(&self) -> Result<[u8; 32], CapabilityError> {
+        let raw = self.0.raw_public_key().map_err(crypto)?;
+        raw.try_into()
+            .map_err(|_| CapabilityError::Crypto("holder key is not Ed25519".into()))
+    }
+
+    /// The proof for a handshake: a signature of `message` (the server's challenge and the
+    /// hello) under the proof context.
+    pub(crate) fn sign(&self, message: &[u8]) -> Result<Vec<u8>, CapabilityError> {
+        let mut signer = Signer::new_without_digest(&self.0).map_err(crypto)?;
+        signer
+            .sign_oneshot_to_vec(&[PROOF_CONTEXT, message].concat())
+            .map_err(crypto)
+    }
+}
+
+/// Whether `proof` is the signature of `message` by the holder whose raw public key is
+/// `holder` (see [`HolderKey::sign`]).
+pub(crate) fn holder_proved(holder: &[u8; 32], message: &[u8], proof: &[u8]) -> bool {
+    let Ok(key) = PKey::public_key_from_raw_bytes(holder, Id::ED25519) else {
+        return false;
+    };
+    Verifier::new_without_digest(&key)
+        .and_then(|mut v| v.verify_oneshot(proof, &[PROOF_CONTEXT, message].concat()))
+        .unwrap_or(false)
 }
 
 /// A node agent's public key.
@@ -262,8 +325,35 @@ mod tests {
         let signed = key.sign(&claims(1_000)).unwrap();
         let back = SignedCapability::from_hex(&signed.to_hex()).unwrap();
         assert_eq!(back, signed);
+        assert!(back.has_holder_key(), "the hex form carries the holder key");
         let got = trusting(&key).verify(&back, 999, Duration::ZERO).unwrap();
-        assert_eq!(got, claims(1_000));
+        // The claims as asked for, bound to the holder key the token carries.
+        assert_eq!(got.holder, back.holder_public().unwrap());
+        assert_eq!(
+            got,
+            Capability {
+                holder: got.holder,
+                ..claims(1_000)
+            }
+        );
+        // Off the wire, the token has no holder key.
+        let captured = SignedCapability::from_bytes(&signed.to_bytes()).unwrap();
+        assert!(!captured.has_holder_key());
+        assert_eq!(captured.prove(b"challenge").unwrap(), None);
+    }
+
+    #[test]
+    fn only_the_holder_key_proves_and_only_for_the_message_it_signed() {
+        let key = AgentKey::generate().unwrap();
+        let signed = key.sign(&claims(1_000)).unwrap();
+        let holder = signed.claims().unwrap().holder;
+        let proof = signed.prove(b"challenge and hello").unwrap().unwrap();
+        assert!(holder_proved(&holder, b"challenge and hello", &proof));
+        assert!(!holder_proved(&holder, b"another challenge", &proof));
+        let other = key.sign(&claims(1_000)).unwrap();
+        let theirs = other.prove(b"challenge and hello").unwrap().unwrap();
+        assert!(!holder_proved(&holder, b"challenge and hello", &theirs));
+        assert!(!holder_proved(&[0; 32], b"challenge and hello", &proof));
     }
 
     #[test]

@@ -6,21 +6,31 @@
 //! worker only holds a token the agent minted for its (tenant, volume); it cannot widen it, and
 //! a token leaked from one worker expires on its own.
 //!
-//! # Format (version 1, all integers little endian)
+//! Why a holder key: the token crosses the node's network in the clear, in the handshake. The
+//! agent binds each token to a key pair it makes for it (`holder`, the public half, in the
+//! claims) and hands the private half to the worker with the token; the worker proves it holds
+//! it by signing the server's fresh challenge at each handshake (see `super::handshake`). A
+//! token captured on the wire is useless without it.
 //!
-//! - Claims, deterministic: `1u8`; `tenant`, `volume`, `pool`, `container`, each a `u16`
+//! # Format (version 2, all integers little endian)
+//!
+//! - Claims, deterministic: `2u8`; `tenant`, `volume`, `pool`, `container`, each a `u16`
 //!   length and UTF-8; `rights: u8` (bit 0 read, bit 1 write); `not_after: u64` (unix seconds);
-//!   `nonce: [u8; 16]`.
+//!   `nonce: [u8; 16]`; `holder: [u8; 32]` (raw Ed25519 public key).
 //! - Signed message: `"dpufs-capability-v1\0"`, the key id (a `u16` length and ASCII), the
 //!   claims; so a signature cannot be moved to another key id.
 //! - Signed capability: the key id (`u16` length), the claims (`u32` length), the signature
 //!   (`u16` length).
 //! - Key id: hex of the first 8 bytes of SHA-256 of the raw Ed25519 public key.
+//! - Hex form (command lines, the worker's capability file): hex of the wire form, then `:` and
+//!   hex of the holder's 32-byte private key where the token carries it.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-const CLAIMS_VERSION: u8 = 1;
+use super::agent::HolderKey;
+
+const CLAIMS_VERSION: u8 = 2;
 /// Longest name field (tenant, volume, pool, container).
 pub const MAX_NAME_LEN: usize = 1024;
 
@@ -125,6 +135,9 @@ pub struct Capability {
     pub not_after: u64,
     /// Random, makes every token distinct (audit logs, revocation lists).
     pub nonce: [u8; 16],
+    /// Raw Ed25519 public key of the one key pair that may present the token; set by
+    /// [`super::AgentKey::sign`], zeros before.
+    pub holder: [u8; 32],
 }
 
 /// Seconds since the unix epoch now.
@@ -176,6 +189,7 @@ impl Capability {
             rights,
             not_after: unix_now().saturating_add(ttl.as_secs()),
             nonce: rand::random(),
+            holder: [0; 32],
         }
     }
 
@@ -196,6 +210,7 @@ impl Capability {
         out.push(self.rights.bits());
         out.extend_from_slice(&self.not_after.to_le_bytes());
         out.extend_from_slice(&self.nonce);
+        out.extend_from_slice(&self.holder);
         Ok(out)
     }
 
@@ -217,6 +232,7 @@ impl Capability {
         }
         let not_after = u64::from_le_bytes(r.array()?);
         let nonce = r.array()?;
+        let holder = r.array()?;
         if !r.0.is_empty() {
             return Err(CapabilityError::Malformed("trailing bytes".into()));
         }
@@ -231,6 +247,7 @@ impl Capability {
             },
             not_after,
             nonce,
+            holder,
         })
     }
 }
@@ -254,13 +271,25 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A capability as the worker presents it: claims, the signing key's id, the signature.
-#[derive(Clone, PartialEq, Eq)]
+/// A capability as the worker presents it: claims, the signing key's id, the signature; and,
+/// as the agent issued it (never on the wire), the holder's private key.
+#[derive(Clone)]
 pub struct SignedCapability {
     key_id: String,
     claims: Vec<u8>,
     signature: Vec<u8>,
+    holder: Option<HolderKey>,
 }
+
+/// Equal tokens: the same bytes on the wire.
+impl PartialEq for SignedCapability {
+    fn eq(&self, other: &SignedCapability) -> bool {
+        (&self.key_id, &self.claims, &self.signature)
+            == (&other.key_id, &other.claims, &other.signature)
+    }
+}
+
+impl Eq for SignedCapability {}
 
 impl fmt::Debug for SignedCapability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -292,13 +321,39 @@ impl SignedCapability {
         Capability::decode(&self.claims)
     }
 
-    /// Parts as they are on the wire, to build altered tokens in tests.
+    /// Parts as they are on the wire, to build altered tokens in tests: no holder key.
     pub fn from_parts(key_id: String, claims: Vec<u8>, signature: Vec<u8>) -> SignedCapability {
         SignedCapability {
             key_id,
             claims,
             signature,
+            holder: None,
         }
+    }
+
+    /// With the holder's private key, as the agent issues it.
+    pub(crate) fn held_by(self, holder: HolderKey) -> SignedCapability {
+        SignedCapability {
+            holder: Some(holder),
+            ..self
+        }
+    }
+
+    /// The raw public half of the holder key the token carries, for tests.
+    #[cfg(test)]
+    pub(crate) fn holder_public(&self) -> Option<[u8; 32]> {
+        self.holder.as_ref().and_then(|h| h.public_raw().ok())
+    }
+
+    /// Whether the holder's private key came with the token (it never does off the wire).
+    pub fn has_holder_key(&self) -> bool {
+        self.holder.is_some()
+    }
+
+    /// Signs `message` (the handshake's challenge and hello) with the holder's key; None
+    /// without it: such a token was taken off the wire, not issued.
+    pub(crate) fn prove(&self, message: &[u8]) -> Result<Option<Vec<u8>>, CapabilityError> {
+        self.holder.as_ref().map(|h| h.sign(message)).transpose()
     }
 
     /// Wire form (see the module docs).
@@ -326,30 +381,47 @@ impl SignedCapability {
         if !r.0.is_empty() {
             return Err(CapabilityError::Malformed("trailing bytes".into()));
         }
-        Ok(SignedCapability {
-            key_id,
-            claims,
-            signature,
-        })
+        Ok(SignedCapability::from_parts(key_id, claims, signature))
     }
 
-    /// Hex of the wire form (for command lines and environment variables).
+    /// Hex of the wire form, with the holder's private key where the token carries it (for
+    /// the worker's capability file and command lines: whoever reads it may present it).
     pub fn to_hex(&self) -> String {
-        self.to_bytes().iter().map(|b| format!("{b:02x}")).collect()
+        let mut hex = to_hex(&self.to_bytes());
+        if let Some(holder) = &self.holder {
+            hex.push(':');
+            hex.push_str(&to_hex(&holder.private_raw()));
+        }
+        hex
     }
 
     /// Inverse of [`SignedCapability::to_hex`].
     pub fn from_hex(hex: &str) -> Result<SignedCapability, CapabilityError> {
-        let bad = || CapabilityError::Malformed("not hex".into());
-        if !hex.len().is_multiple_of(2) {
-            return Err(bad());
+        let (token, holder) = match hex.split_once(':') {
+            Some((token, holder)) => (token, Some(from_hex(holder)?)),
+            None => (hex, None),
+        };
+        let cap = SignedCapability::from_bytes(&from_hex(token)?)?;
+        match holder {
+            Some(raw) => Ok(cap.held_by(HolderKey::from_private_raw(&raw)?)),
+            None => Ok(cap),
         }
-        let bytes = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(hex.get(i..i + 2).ok_or_else(bad)?, 16).map_err(|_| bad()))
-            .collect::<Result<Vec<u8>, _>>()?;
-        SignedCapability::from_bytes(&bytes)
     }
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(hex: &str) -> Result<Vec<u8>, CapabilityError> {
+    let bad = || CapabilityError::Malformed("not hex".into());
+    if !hex.len().is_multiple_of(2) {
+        return Err(bad());
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2).ok_or_else(bad)?, 16).map_err(|_| bad()))
+        .collect()
 }
 
 #[cfg(test)]
@@ -367,6 +439,7 @@ pub(crate) mod tests {
             rights: Rights::READ_ONLY,
             not_after,
             nonce: [7; 16],
+            holder: [9; 32],
         }
     }
 

@@ -1,10 +1,13 @@
 //! The worker's side of the out-of-band connection handshake (what rdma_cm does for verbs
 //! applications), over TCP:
 //!
-//! 1. worker → server: `Hello { version, depth, max_bulk, signed capability, QP endpoint }`;
-//! 2. the server checks the capability (key id, signature, expiry) *before* it creates a QP, then
-//!    answers `Accept { depth, max_bulk, its endpoint }` (its QP already RTR) or
-//!    `Refuse { reason }`;
+//! 0. server → worker: `Challenge` (32 fresh random bytes);
+//! 1. worker → server: `Hello { version, depth, max_bulk, signed capability, QP endpoint,
+//!    proof }`, the proof being the capability's holder key's signature of the challenge and
+//!    the hello before it;
+//! 2. the server checks the capability (key id, signature, expiry) and the proof *before* it
+//!    creates a QP, then answers `Accept { depth, max_bulk, its endpoint }` (its QP already
+//!    RTR) or `Refuse { reason }`;
 //! 3. the worker takes its QP through RTR and RTS and sends `READY`;
 //! 4. the server takes its QP to RTS and answers `READY`. Calls may start.
 
@@ -17,7 +20,7 @@ use super::capability::SignedCapability;
 use super::error::SessionError;
 use super::link::Link;
 use super::tenant::SessionShared;
-use super::wire::{Answer, Hello, PROTOCOL_VERSION, READY};
+use super::wire::{Answer, Challenge, Hello, PROTOCOL_VERSION, READY};
 use crate::provider::{QueuePair, RdmaDevice};
 use crate::verbs::{Access, QpCaps, QpTransition};
 
@@ -70,15 +73,20 @@ pub(crate) fn connect<D: RdmaDevice>(
     })?;
     let io = |op: &str, e| SessionError::io(format!("handshake with {peer}: {op}"), e);
     let mut stream = dial(peer, deadline)?;
-    Hello {
+    let challenge = Challenge::read(&mut stream).map_err(|e| io("read challenge", e))?;
+    let mut hello = Hello {
         version: PROTOCOL_VERSION,
         depth,
         max_bulk: config.slot_size as u32,
         capability: capability.to_bytes(),
         endpoint: qp.endpoint(),
-    }
-    .write(&mut stream)
-    .map_err(|e| io("send hello", e))?;
+        proof: Vec::new(),
+    };
+    // Without the holder key the hello goes unproved, and the server says why it refuses.
+    hello.proof = capability
+        .prove(&hello.proof_message(&challenge))?
+        .unwrap_or_default();
+    hello.write(&mut stream).map_err(|e| io("send hello", e))?;
     let (depth, max_bulk, endpoint) = match Answer::read(&mut stream) {
         Ok(Answer::Accept {
             depth: d,

@@ -29,7 +29,7 @@
 //! verbs provider run the same code. docs/fabric.md ("Tenant sessions") has the wire formats.
 
 mod accept;
-mod agent;
+pub(crate) mod agent;
 mod bounce;
 mod capability;
 mod connection;

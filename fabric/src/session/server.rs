@@ -28,6 +28,7 @@ use super::pool::SlotPool;
 use super::router::Router;
 use super::server_conn::{Death, Jobs, ServerShared};
 use super::stats::{ServerCounters, ServerStats};
+use super::wire::Challenge;
 use super::worker::{MAX_PUSHES, worker_loop};
 use crate::provider::RdmaDevice;
 use crate::verbs::Access;
@@ -264,6 +265,8 @@ impl<D: RdmaDevice> SessionServer<D> {
             if shared.handshakes.fetch_add(1, Ordering::AcqRel) >= MAX_HANDSHAKES {
                 shared.handshakes.fetch_sub(1, Ordering::AcqRel);
                 let mut stream = stream;
+                // Every handshake opens with a challenge; the refusal is the answer.
+                let _ = Challenge(rand::random()).write(&mut stream);
                 let _ = refuse(&shared, &mut stream, "too many handshakes at once; retry");
                 continue;
             }

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use crate::verbs::{Access, Endpoint};
 
 /// Version of the session protocol (handshake and control messages).
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Largest control message (request or reply body), in bytes.
 pub const MAX_CONTROL_MESSAGE: usize = 64 * 1024;
@@ -179,7 +179,16 @@ const HELLO_MAGIC: &[u8; 4] = b"DPSS";
 /// Longest handshake field (capability, endpoint, reason).
 const MAX_FIELD: usize = 16 * 1024;
 
-/// Client → server: who I am and how to reach my QP.
+const CHALLENGE_MAGIC: &[u8; 4] = b"DPSC";
+
+/// Server → client, first: fresh random bytes the client's proof must sign, so a proof
+/// captured on the wire proves nothing at the next handshake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Challenge(pub [u8; 32]);
+
+/// Client → server: who I am and how to reach my QP, and the proof that I hold the
+/// capability's holder key: its signature of the challenge and of everything above it in
+/// the hello (so neither the endpoint nor the capability can be swapped under it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Hello {
     pub version: u16,
@@ -187,6 +196,8 @@ pub(crate) struct Hello {
     pub max_bulk: u32,
     pub capability: Vec<u8>,
     pub endpoint: Endpoint,
+    /// Empty when the client has no holder key.
+    pub proof: Vec<u8>,
 }
 
 /// Server → client: accepted (with the server QP's endpoint) or refused.
@@ -229,8 +240,30 @@ fn read_field(r: &mut impl Read) -> std::io::Result<Vec<u8>> {
     Ok(v)
 }
 
-impl Hello {
+impl Challenge {
     pub fn write(&self, w: &mut impl Write) -> std::io::Result<()> {
+        w.write_all(&[&CHALLENGE_MAGIC[..], &self.0].concat())
+    }
+
+    pub fn read(r: &mut impl Read) -> std::io::Result<Challenge> {
+        if &read_exact::<4>(r)? != CHALLENGE_MAGIC {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "not a dpufs session server (no challenge)",
+            ));
+        }
+        Ok(Challenge(read_exact(r)?))
+    }
+}
+
+impl Hello {
+    /// What the proof signs: the challenge, then the hello up to the proof.
+    pub fn proof_message(&self, challenge: &Challenge) -> Vec<u8> {
+        [&challenge.0[..], &self.unproved_bytes()].concat()
+    }
+
+    /// The hello's bytes before its proof.
+    fn unproved_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.capability.len() + self.endpoint.0.len());
         out.extend_from_slice(HELLO_MAGIC);
         out.extend_from_slice(&self.version.to_le_bytes());
@@ -238,6 +271,12 @@ impl Hello {
         out.extend_from_slice(&self.max_bulk.to_le_bytes());
         put_field(&mut out, &self.capability);
         put_field(&mut out, &self.endpoint.0);
+        out
+    }
+
+    pub fn write(&self, w: &mut impl Write) -> std::io::Result<()> {
+        let mut out = self.unproved_bytes();
+        put_field(&mut out, &self.proof);
         w.write_all(&out)
     }
 
@@ -254,6 +293,7 @@ impl Hello {
             max_bulk: u32::from_le_bytes(read_exact(r)?),
             capability: read_field(r)?,
             endpoint: Endpoint(read_field(r)?),
+            proof: read_field(r)?,
         })
     }
 }
@@ -338,10 +378,19 @@ mod tests {
             max_bulk: 1 << 20,
             capability: vec![1, 2, 3],
             endpoint: Endpoint(b"tcp:1.2.3.4:5/qp=1/psn=2".to_vec()),
+            proof: vec![4; 64],
         };
         let mut buf = Vec::new();
         hello.write(&mut buf).unwrap();
         assert_eq!(Hello::read(&mut buf.as_slice()).unwrap(), hello);
+        // The proof signs everything before it, after the challenge.
+        let challenge = Challenge([5; 32]);
+        let message = hello.proof_message(&challenge);
+        assert_eq!(&message[..32], &[5; 32]);
+        assert_eq!(&message[32..], &buf[..buf.len() - 4 - 64]);
+        let mut buf = Vec::new();
+        challenge.write(&mut buf).unwrap();
+        assert_eq!(Challenge::read(&mut buf.as_slice()).unwrap(), challenge);
         for answer in [
             Answer::Refuse {
                 reason: "expired".into(),
