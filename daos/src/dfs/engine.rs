@@ -105,7 +105,10 @@ fn pieces(offset: u64, len: usize, max_io: usize) -> Vec<Piece> {
     (0..len)
         .step_by(max_io.max(1))
         .map(|start| Piece {
-            file_offset: offset + start as u64,
+            // A client may send any offset (a guest over virtio-fs is not the kernel); one
+            // past 2^64 is past any file's end either way (the engine's end is 2^63 - 1):
+            // reads there find nothing and writes are refused with EFBIG.
+            file_offset: offset.saturating_add(start as u64),
             start,
             len: max_io.min(len - start),
         })

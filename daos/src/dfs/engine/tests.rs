@@ -111,6 +111,15 @@ fn mounted() -> (Arc<FakeEngine>, EngineDfs) {
 }
 
 #[test]
+fn pieces_of_a_transfer_near_the_last_offset_stay_there() {
+    // Found by the fuzzer: the second piece's offset overflowed.
+    let parts = pieces(u64::MAX - 10, 3 * MAX_IO, MAX_IO);
+    let offsets: Vec<_> = parts.iter().map(|p| p.file_offset).collect();
+    assert_eq!(offsets, [u64::MAX - 10, u64::MAX, u64::MAX]);
+    assert!(parts.iter().all(|p| p.len == MAX_IO));
+}
+
+#[test]
 fn large_transfers_are_split_and_pipelined() {
     let (fake, dfs) = mounted();
     assert_eq!(dfs.mount_info().max_io, MAX_IO);
