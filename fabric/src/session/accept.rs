@@ -33,6 +33,12 @@ pub(crate) fn refuse<D: RdmaDevice>(
     .write(stream)
 }
 
+const NO_PROOF: &str = "no proof of holding the capability's key: a capability taken off the \
+    wire cannot be presented; the worker needs the token as the node agent issued it (its \
+    capability file)";
+const WRONG_PROOF: &str = "the proof does not verify for the capability's holder key (a \
+    capability presented by someone it was not issued to)";
+
 /// Checks a hello, answering `challenge`, before anything is created for it.
 fn admit<D: RdmaDevice>(
     shared: &ServerShared<D>,
@@ -58,23 +64,14 @@ fn admit<D: RdmaDevice>(
         .check_lifetime(unix_time, config.max_capability_lifetime, config.clock_skew)
         .map_err(|e| e.to_string())?;
     if hello.proof.is_empty() {
-        return Err(
-            "no proof of holding the capability's key: a capability taken off the \
-                    wire cannot be presented; the worker needs the token as the node agent \
-                    issued it (its capability file)"
-                .into(),
-        );
+        return Err(NO_PROOF.into());
     }
     if !holder_proved(
         &claims.holder,
         &hello.proof_message(challenge),
         &hello.proof,
     ) {
-        return Err(
-            "the proof does not verify for the capability's holder key (a \
-                    capability presented by someone it was not issued to)"
-                .into(),
-        );
+        return Err(WRONG_PROOF.into());
     }
     let key = (claims.tenant.clone(), claims.volume.clone());
     let now = shared.config.clock.now();
