@@ -447,22 +447,32 @@ fn a_replayed_request_is_refused_without_rma() {
     });
 }
 
+/// Connects `session` to `world`'s server presenting `cap`, which must be refused with a
+/// reason that mentions `expect`.
+fn assert_refused(
+    world: &World,
+    session: &TenantSession<SoftDevice>,
+    cap: SignedCapability,
+    expect: &str,
+) {
+    match session.connect(world.addr(), cap) {
+        Err(SessionError::Refused { reason, .. }) => {
+            assert!(
+                reason.contains(expect),
+                "{reason:?} should mention {expect:?}"
+            )
+        }
+        other => panic!("expected a refusal mentioning {expect:?}, got {other:?}"),
+    }
+}
+
 #[test]
 fn expired_and_forged_capabilities_are_refused_at_the_handshake() {
     let world = World::new();
     with_victim(&world, |_| {
         let established = world.server.server().stats().connections;
         let session = world.attacker(attacker_config());
-        let refused = |cap: SignedCapability, expect: &str| match session.connect(world.addr(), cap)
-        {
-            Err(SessionError::Refused { reason, .. }) => {
-                assert!(
-                    reason.contains(expect),
-                    "{reason:?} should mention {expect:?}"
-                )
-            }
-            other => panic!("expected a refusal mentioning {expect:?}, got {other:?}"),
-        };
+        let refused = |cap, expect| assert_refused(&world, &session, cap, expect);
         let mut expired = world.claims("mallory");
         expired.not_after = unix_now() - 3600;
         refused(world.agent.sign(&expired).unwrap(), "expired");
@@ -501,27 +511,15 @@ fn a_capability_captured_on_the_wire_cannot_be_presented_by_anyone_else() {
     with_victim(&world, |_| {
         let established = world.server.server().stats().connections;
         let session = world.attacker(attacker_config());
-        let refused = |cap: SignedCapability, expect: &str| match session.connect(world.addr(), cap)
-        {
-            Err(SessionError::Refused { reason, .. }) => {
-                assert!(
-                    reason.contains(expect),
-                    "{reason:?} should mention {expect:?}"
-                )
-            }
-            other => panic!("expected a refusal mentioning {expect:?}, got {other:?}"),
-        };
+        let refused = |cap, expect| assert_refused(&world, &session, cap, expect);
         // The victim's token as it crosses the network in a hello: signed, valid, for the
         // victim's tenant, and without the holder key, which never leaves the worker.
         let issued = world.cap("victim");
         let captured = SignedCapability::from_bytes(&issued.to_bytes()).unwrap();
         refused(captured, "no proof of holding");
         // Proved with a holder key of the attacker's own (from a token of its own).
-        let (wire, _) = issued
-            .to_hex()
-            .split_once(':')
-            .map(|(w, h)| (w.to_owned(), h.to_owned()))
-            .unwrap();
+        let issued_hex = issued.to_hex();
+        let (wire, _) = issued_hex.split_once(':').unwrap();
         let mine = world.cap("mallory").to_hex();
         let (_, my_holder) = mine.split_once(':').unwrap();
         let rekeyed = SignedCapability::from_hex(&format!("{wire}:{my_holder}")).unwrap();
