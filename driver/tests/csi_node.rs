@@ -295,14 +295,7 @@ async fn kill9_of_the_node_plugin_under_fio_disturbs_nothing() {
     });
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert!(!fio.is_finished(), "fio still writes when the plugin dies");
-    let mut node = bed.plugins.pop().expect("the node plugin");
-    dpufs_e2e::kill9(node.id());
-    node.wait().expect("reaped");
-    let node_sock = bed.path("node.sock");
-    let node = bed.node_plugin(&node_sock);
-    bed.plugins.push(node);
-    let channel = connect(&node_sock).await;
-    bed.node = NodeClient::new(channel);
+    bed.kill9_and_restart_node_plugin().await;
     fio.await.expect("fio with verify through the pod's target");
 
     bed.stage(&id, &staging)

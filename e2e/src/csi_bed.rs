@@ -46,6 +46,11 @@ pub struct BedOptions {
     pub rust_log: String,
     /// Where the engine runs on the network (`None`: loopback).
     pub engine_network: Option<crate::EngineNetwork>,
+    /// The node plugin's `--node-id`.
+    pub node_id: String,
+    /// The network namespace (its file, [`crate::netns::Netns::path`]) the keeper, the
+    /// plugins and so the workers run in, as on a node of their own (`None`: the test's).
+    pub netns: Option<PathBuf>,
 }
 
 impl BedOptions {
@@ -58,6 +63,8 @@ impl BedOptions {
             log_to_files: false,
             rust_log: "info".into(),
             engine_network: None,
+            node_id: "node-1".into(),
+            netns: None,
         }
     }
 }
@@ -141,19 +148,7 @@ impl Bed {
             "endpoints": [vol.engine.addr],
             "dataEndpoint": vol.fabric_addr(),
         });
-        // Private, as the plugin requires of a signing key.
-        let key = dir.path().join("agent.key");
-        {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&key)
-                .and_then(|mut f| f.write_all(&vol.agent.to_pem().expect("PEM")))
-                .expect("write the agent key");
-        }
+        let key = write_agent_key(dir.path(), &vol.agent);
         let node_args = vec![
             "--agent-key".into(),
             key,
@@ -179,6 +174,21 @@ impl Bed {
         let list = admin.list(&self.vol.pool).await.expect("list containers");
         list.into_iter().map(|c| c.uuid).collect()
     }
+}
+
+/// Writes `agent`'s signing key to `<dir>/agent.key`, private (0600) as the node plugin
+/// requires of a signing key; returns the path.
+pub fn write_agent_key(dir: &Path, agent: &dpufs_fabric::session::AgentKey) -> PathBuf {
+    use std::os::unix::fs::OpenOptionsExt;
+    let key = dir.join("agent.key");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&key)
+        .and_then(|mut f| f.write_all(&agent.to_pem().expect("PEM")))
+        .expect("write the agent key");
+    key
 }
 
 impl CsiPlugins {
@@ -230,20 +240,50 @@ impl CsiPlugins {
         bed.plugins.push(controller);
         bed.ctl = ControllerClient::new(connect(&bed.controller_socket()).await);
         if bed.opts.node {
-            let keeper = bed.spawn(
-                "keeper",
-                &["keeper".into(), "--state-dir".into(), bed.state.clone()],
-            );
-            bed.keeper = Some(keeper);
-            let socket = keeper_socket(&bed.state);
-            wait_until("the keeper", || socket.exists());
-            let node = bed.node_plugin(&bed.node_socket());
-            bed.plugins.push(node);
-            let channel = connect(&bed.node_socket()).await;
-            bed.node = NodeClient::new(channel.clone());
-            bed.ident = IdentityClient::new(channel);
+            bed.start_keeper();
+            bed.start_node_plugin().await;
         }
         bed
+    }
+
+    /// Starts the mount keeper and waits for its socket.
+    fn start_keeper(&mut self) {
+        let socket = keeper_socket(&self.state);
+        // A killed keeper's socket file stays until its successor replaces it.
+        let _ = std::fs::remove_file(&socket);
+        let keeper = self.spawn(
+            "keeper",
+            &["keeper".into(), "--state-dir".into(), self.state.clone()],
+        );
+        self.keeper = Some(keeper);
+        wait_until("the keeper", || socket.exists());
+    }
+
+    /// Starts the node plugin on [`Self::node_socket`] and connects the node clients to it.
+    async fn start_node_plugin(&mut self) {
+        let node = self.node_plugin(&self.node_socket());
+        self.plugins.push(node);
+        let channel = connect(&self.node_socket()).await;
+        self.node = NodeClient::new(channel.clone());
+        self.ident = IdentityClient::new(channel);
+    }
+
+    /// `kill -9` of the mount keeper, then a new one on the same state directory (what the
+    /// launcher does when it finds none).
+    pub fn kill9_and_restart_keeper(&mut self) {
+        let mut keeper = self.keeper.take().expect("a keeper");
+        crate::kill9(keeper.id());
+        keeper.wait().expect("reaped");
+        self.start_keeper();
+    }
+
+    /// `kill -9` of the node plugin, then a new one on the same socket and state directory
+    /// (what kubelet's restart of the container does).
+    pub async fn kill9_and_restart_node_plugin(&mut self) {
+        let mut node = self.plugins.pop().expect("the node plugin");
+        crate::kill9(node.id());
+        node.wait().expect("reaped");
+        self.start_node_plugin().await;
     }
 
     /// The controller's socket.
@@ -258,8 +298,9 @@ impl CsiPlugins {
 
     /// Starts a node plugin serving on `socket`, with the bed's directory, state and key.
     pub fn node_plugin(&self, socket: &Path) -> Child {
-        let mut args: Vec<PathBuf> = ["node", "--node-id", "node-1", "--keeper-start", "never"]
+        let mut args: Vec<PathBuf> = ["node", "--node-id", &self.opts.node_id]
             .into_iter()
+            .chain(["--keeper-start", "never"])
             .map(PathBuf::from)
             .collect();
         args.extend(self.opts.node_args.iter().map(PathBuf::from));
@@ -283,6 +324,9 @@ impl CsiPlugins {
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", &self.opts.rust_log)
             .stdin(Stdio::null());
+        if let Some(netns) = &self.opts.netns {
+            crate::netns::enter_on_exec(netns, &mut cmd).expect("enter the node's namespace");
+        }
         if self.opts.log_to_files {
             let log = std::fs::OpenOptions::new()
                 .create(true)
