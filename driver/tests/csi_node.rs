@@ -15,9 +15,8 @@ use common::{can_mount, fio_available, wait_until, write_and_verify};
 use dpufs_csi::csi::VolumeId;
 use dpufs_csi::csi::node::record::VolumeFiles;
 use dpufs_daos::{ContainerAdmin, EngineContainers};
-use dpufs_e2e::csi_bed::{MIB, cap, connect, mounted};
+use dpufs_e2e::csi_bed::{MIB, cap, mounted};
 use dpufs_node_api::qos::QosLimits;
-use dpufs_proto::csi::v1::node_client::NodeClient;
 use dpufs_proto::csi::v1::volume_capability::access_mode;
 use dpufs_proto::csi::v1::{self as csi, volume_usage::Unit};
 use std::path::Path;
@@ -628,4 +627,48 @@ async fn capabilities_are_renewed_so_a_reconnect_after_their_lifetime_succeeds()
     .expect("I/O after a reconnect with a renewed capability");
     assert_eq!(back, b"written with the first capability");
     bed.unmount(&id, (staging, target)).await;
+}
+
+/// A node over `max_volumes_per_node` refuses the next stage with RESOURCE_EXHAUSTED and a
+/// message that names the limit, mounts nothing for it, and keeps serving the volumes it has;
+/// once one is unstaged, the refused volume stages.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stage_over_max_volumes_per_node_is_refused_and_the_others_serve_on() {
+    if !can_mount() {
+        return;
+    }
+    let bed = bed_with_node_args(&["--max-volumes", "2"]).await;
+    let mut mounts = Vec::new();
+    for name in ["pvc-m1", "pvc-m2"] {
+        let id = bed.create(name, "ns-a").await.volume_id;
+        let paths = bed.mount(&id, name).await;
+        std::fs::write(paths.1.join("kept"), name).unwrap();
+        mounts.push((id, paths));
+    }
+    let third = bed.create("pvc-m3", "ns-a").await.volume_id;
+    let staging = bed.path("pvc-m3-globalmount");
+    std::fs::create_dir_all(&staging).unwrap();
+    let refused = bed.stage(&third, &staging).await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().contains("max_volumes_per_node"),
+        "{}",
+        refused.message()
+    );
+    assert!(!mounted(&staging), "nothing mounted for the refused volume");
+    assert_eq!(bed.keeper_volumes().len(), 2, "no worker for it");
+    for (i, (_, (_, target))) in mounts.iter().enumerate() {
+        let name = format!("pvc-m{}", i + 1);
+        assert_eq!(std::fs::read_to_string(target.join("kept")).unwrap(), name);
+    }
+    let (id, paths) = mounts.pop().unwrap();
+    bed.unmount(&id, paths).await;
+    bed.stage(&third, &staging)
+        .await
+        .expect("a place is free again");
+    assert!(mounted(&staging));
+    bed.unstage(&third, &staging).await.unwrap();
+    for (id, paths) in mounts {
+        bed.unmount(&id, paths).await;
+    }
 }
