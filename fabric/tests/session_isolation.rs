@@ -505,6 +505,41 @@ fn expired_and_forged_capabilities_are_refused_at_the_handshake() {
     });
 }
 
+/// A tenant at the server's per-tenant connection cap is refused one more, with a reason that
+/// names the cap, while another tenant connects and is served beside it.
+#[test]
+fn a_tenant_at_its_connection_cap_is_refused_one_more_and_others_are_not() {
+    let config = ServerConfig {
+        max_connections_per_tenant: 2,
+        ..ServerConfig::default()
+    };
+    let world = World::start("dpufs-session-cap", config);
+    with_victim(&world, |_| {
+        // Each session is a worker of its own; mallory's two fill its cap.
+        let mallory: Vec<_> = (0..3).map(|_| world.attacker(attacker_config())).collect();
+        let _held: Vec<_> = mallory[..2]
+            .iter()
+            .map(|s| s.connect(world.addr(), world.cap("mallory")).unwrap())
+            .collect();
+        assert_refused(
+            &world,
+            &mallory[2],
+            world.cap("mallory"),
+            "tenant \"mallory\" has its maximum of 2 connections",
+        );
+        // Another tenant is not counted against mallory's cap.
+        let other = world.attacker(attacker_config());
+        let conn = other.connect(world.addr(), world.cap("trent")).unwrap();
+        conn.call(&KvStore::put("k"), Bulk::ToServer(&[7; 4096]))
+            .unwrap();
+        assert_eq!(
+            world.server.server().connections(),
+            4,
+            "victim, mallory ×2, trent"
+        );
+    });
+}
+
 #[test]
 fn a_capability_captured_on_the_wire_cannot_be_presented_by_anyone_else() {
     let world = World::new();
