@@ -73,6 +73,14 @@ pub trait RdmaDevice: Send + Sync + Debug + Sized + 'static {
 /// DMA: its contents may change whenever a remote WRITE or a local READ/receive is in flight,
 /// so it is read and written by copying, and only defined once the completion that ended such
 /// an operation has been polled.
+///
+/// What may touch a range at once: DMA (peers, posted work requests, the kernel's socket
+/// receives, other processes of the device) is outside Rust's memory model, as it is for a NIC;
+/// bytes it changes are unspecified until its completion, never undefined behaviour. Threads of
+/// this process are inside it: two copies of one range, one of them a write, must not overlap
+/// in time (a data race). The region is `Sync`, so the copies are `unsafe` and their callers
+/// say why the range is theirs: the session layer gives every range one owner at a time (a
+/// call's send slot, the receive slot being dispatched, a pool slot a call holds).
 pub trait MemoryRegion: Send + Sync + Debug {
     /// Length in bytes.
     fn len(&self) -> usize;
@@ -89,9 +97,15 @@ pub trait MemoryRegion: Send + Sync + Debug {
     /// Access flags it was registered with.
     fn access(&self) -> Access;
     /// Copies `data` into the region at `offset`.
-    fn write_at(&self, offset: usize, data: &[u8]) -> Result<()>;
+    ///
+    /// # Safety
+    /// No other thread of this process reads or writes that range while the copy runs.
+    unsafe fn write_at(&self, offset: usize, data: &[u8]) -> Result<()>;
     /// Copies bytes of the region at `offset` into `out`.
-    fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()>;
+    ///
+    /// # Safety
+    /// No other thread of this process writes that range while the copy runs.
+    unsafe fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()>;
     /// Lets `fill` write bytes `offset..offset + len` of the region in place: an owner that
     /// produces the data (a server reading a file into its bounce slot) saves the copy
     /// [`write_at`](Self::write_at) would make from a buffer of its own. Fails, without calling

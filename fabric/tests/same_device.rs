@@ -96,11 +96,13 @@ fn moves_the_same_bytes(peer_device: &str, same_device: bool) {
     // READ: the peer's fill lands in our buffer.
     assert_eq!(l.rma(false, 0, 0), WcStatus::Success);
     let mut got = vec![0u8; MIB];
-    l.bufs[0].read_at(0, &mut got).unwrap();
+    // SAFETY: one thread; the READ has completed.
+    unsafe { l.bufs[0].read_at(0, &mut got) }.unwrap();
     assert!(got.iter().all(|&b| b == 0x5a), "READ did not land");
     // WRITE from both buffers to both halves of the peer's MR.
     for (buf, seed) in [(0usize, 1u8), (1, 2)] {
-        l.bufs[buf].write_at(0, &pattern(seed)).unwrap();
+        // SAFETY: one thread; nothing is posted on the buffer.
+        unsafe { l.bufs[buf].write_at(0, &pattern(seed)) }.unwrap();
         assert_eq!(l.rma(true, buf, (buf * MIB) as u64), WcStatus::Success);
         let landed = l.env.peer.read_mr(l.remote.id, buf * MIB, MIB).unwrap();
         assert!(
@@ -110,7 +112,8 @@ fn moves_the_same_bytes(peer_device: &str, same_device: bool) {
     }
     // READ the second half back into the first buffer.
     assert_eq!(l.rma(false, 0, MIB as u64), WcStatus::Success);
-    l.bufs[0].read_at(0, &mut got).unwrap();
+    // SAFETY: one thread; the READ has completed.
+    unsafe { l.bufs[0].read_at(0, &mut got) }.unwrap();
     assert!(got == pattern(2), "READ back did not land");
     // The checks still hold: beyond the MR is a remote access error.
     assert_eq!(l.rma(true, 0, (2 * MIB) as u64), WcStatus::RemAccessErr);
@@ -134,7 +137,8 @@ fn unsignaled_writes_retire(peer_device: &str) {
     const WRITES: usize = 3 * 128 + 7;
     let l = link(peer_device);
     let bytes = pattern(9);
-    l.bufs[0].write_at(0, &bytes).unwrap();
+    // SAFETY: one thread; nothing is posted on the buffer yet.
+    unsafe { l.bufs[0].write_at(0, &bytes) }.unwrap();
     let post = |i: usize, signaled: bool| {
         let offset = (i * PIECE) % MIB;
         let wr = || SendWr {

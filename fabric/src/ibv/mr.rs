@@ -248,15 +248,16 @@ impl MemoryRegion for IbvMr {
         self.access
     }
 
-    fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
+    unsafe fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check_range(offset, data.len())?;
         // SAFETY: the range is inside the mapping, which lives as long as self; the buffer is
-        // only ever accessed by copying, never through references.
+        // only ever accessed by copying, never through references; no thread of ours races the
+        // copy (the caller's promise).
         unsafe { ptr::copy_nonoverlapping(data.as_ptr(), self.buf.add(offset), data.len()) };
         Ok(())
     }
 
-    fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+    unsafe fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check_range(offset, out.len())?;
         // SAFETY: as in write_at.
         unsafe { ptr::copy_nonoverlapping(self.buf.add(offset), out.as_mut_ptr(), out.len()) };

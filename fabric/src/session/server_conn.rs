@@ -231,9 +231,8 @@ impl<D: RdmaDevice> ServerShared<D> {
     ) {
         let mut raw = [0u8; REQUEST_HEADER_LEN];
         let offset = conn.recv_offset(recv);
-        let header = conn
-            .control
-            .read_at(offset, &mut raw)
+        // SAFETY: receive slot `recv` is this dispatch's until it posts it again (below).
+        let header = unsafe { conn.control.read_at(offset, &mut raw) }
             .ok()
             .and_then(|()| RequestHeader::decode(&raw));
         let Some(header) = header
@@ -245,7 +244,8 @@ impl<D: RdmaDevice> ServerShared<D> {
         let mut body = lock(&self.bodies).pop().unwrap_or_default();
         body.clear();
         body.resize(header.msg_len as usize, 0);
-        let read = conn.control.read_at(offset + REQUEST_HEADER_LEN, &mut body);
+        // SAFETY: as above; the slot is posted again only after this copy.
+        let read = unsafe { conn.control.read_at(offset + REQUEST_HEADER_LEN, &mut body) };
         if read.is_err() || conn.post_recv(recv).is_err() {
             self.conn_failed(conn, Death::Protocol("request buffer unusable"));
             return;
@@ -370,13 +370,16 @@ impl<D: RdmaDevice> ServerShared<D> {
         bounce: (u16, u16),
     ) {
         let offset = conn.reply_offset(header.tag);
-        let written = conn
-            .control
-            .write_at(offset, &header.encode())
-            .and_then(|()| {
-                conn.control
-                    .write_at(offset + super::wire::REPLY_HEADER_LEN, body)
-            });
+        // SAFETY: the reply slot of tag `header.tag` belongs to the request being answered,
+        // which one worker handles; the client sends no request on that tag before this reply.
+        let written = unsafe {
+            conn.control
+                .write_at(offset, &header.encode())
+                .and_then(|()| {
+                    conn.control
+                        .write_at(offset + super::wire::REPLY_HEADER_LEN, body)
+                })
+        };
         let sge = Some(Sge {
             mr: &conn.control,
             offset,

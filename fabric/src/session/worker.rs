@@ -203,7 +203,9 @@ impl<D: RdmaDevice> BulkOps for ServerBulk<'_, D> {
         let status = lock(state).read_done;
         match status {
             Some(WcStatus::Success) => {
-                slot.mr().read_at(slot.offset() + offset, out)?;
+                // SAFETY: the bounce slot is this request's until it returns; the READ that
+                // filled it has completed.
+                unsafe { slot.mr().read_at(slot.offset() + offset, out)? };
                 add(&shared.counters.bytes_pulled, out.len() as u64);
                 Ok(())
             }

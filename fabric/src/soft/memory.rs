@@ -12,7 +12,9 @@
 //! touched through raw pointers: copies in and out ([`Memory::copy_in`], [`Memory::copy_out`])
 //! and the socket system calls of the data path. Contents changed by a remote WRITE or a local
 //! READ are defined once that operation's completion has been polled; reading earlier gives
-//! unspecified bytes (never undefined behaviour for the reader's own memory).
+//! unspecified bytes (never undefined behaviour for the reader's own memory). Copies by two
+//! threads of one process are Rust accesses and must not race: the copies are `unsafe`, with
+//! the rule of `MemoryRegion` (provider.rs).
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, RawFd};
@@ -107,23 +109,31 @@ impl Memory {
     }
 
     /// Copies `data` into the buffer at `offset`.
-    pub fn copy_in(&self, offset: usize, data: &[u8]) -> Result<()> {
+    ///
+    /// # Safety
+    /// No other thread of this process reads or writes that range meanwhile
+    /// (`MemoryRegion::write_at`).
+    pub unsafe fn copy_in(&self, offset: usize, data: &[u8]) -> Result<()> {
         let dst = self
             .range(offset as u64, data.len() as u64)
             .ok_or_else(|| out_of_range(offset, data.len()))?;
         // SAFETY: `dst` is valid for data.len() bytes (checked by `range`); the source is a
-        // distinct Rust slice, so the regions do not overlap.
+        // distinct Rust slice, so the regions do not overlap; no thread of ours races the copy
+        // (the caller's promise).
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
         Ok(())
     }
 
     /// Copies bytes at `offset` into `out`.
-    pub fn copy_out(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+    ///
+    /// # Safety
+    /// No other thread of this process writes that range meanwhile (`MemoryRegion::read_at`).
+    pub unsafe fn copy_out(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         let src = self
             .range(offset as u64, out.len() as u64)
             .ok_or_else(|| out_of_range(offset, out.len()))?;
         // SAFETY: `src` is valid for out.len() bytes (checked by `range`) and cannot overlap the
-        // caller's exclusive slice.
+        // caller's exclusive slice; no thread of ours writes it meanwhile (the caller's promise).
         unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
         Ok(())
     }

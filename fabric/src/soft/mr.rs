@@ -201,14 +201,16 @@ impl MemoryRegion for SoftMr {
         self.inner.access
     }
 
-    fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
+    unsafe fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check_range(offset, data.len())?;
-        self.inner.mem.copy_in(offset, data)
+        // SAFETY: the caller keeps this process's other threads off the range.
+        unsafe { self.inner.mem.copy_in(offset, data) }
     }
 
-    fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+    unsafe fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check_range(offset, out.len())?;
-        self.inner.mem.copy_out(offset, out)
+        // SAFETY: the caller keeps this process's other writers off the range.
+        unsafe { self.inner.mem.copy_out(offset, out) }
     }
 
     unsafe fn fill_at(

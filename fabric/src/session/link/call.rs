@@ -96,7 +96,8 @@ impl<D: RdmaDevice> Link<D> {
             parked: false,
         };
         let mr = self.block.mr();
-        mr.write_at(self.send_offset(idx) + REQUEST_HEADER_LEN, request)?;
+        // SAFETY: send slot `idx` is this call's: it took the index off the free list.
+        unsafe { mr.write_at(self.send_offset(idx) + REQUEST_HEADER_LEN, request)? };
         if !bulk.is_empty() {
             let (pool, right) = match bulk {
                 Bulk::ToServer(_) => (&self.shared.write_pool, LeaseRight::RemoteRead),
@@ -106,7 +107,9 @@ impl<D: RdmaDevice> Link<D> {
                 .acquire(deadline)
                 .ok_or_else(|| self.timeout(0, started))?;
             if let Bulk::ToServer(data) = bulk {
-                slot.mr().write_at(slot.offset(), data)?;
+                // SAFETY: the pool hands a slot to one call at a time; nothing is posted on it
+                // yet.
+                unsafe { slot.mr().write_at(slot.offset(), data)? };
             }
             call.lease = Some(self.bind(idx, &slot, bulk.len(), right, deadline)?);
             call.slot = Some(slot);
@@ -197,7 +200,8 @@ impl<D: RdmaDevice> Link<D> {
             msg_len: msg_len as u32,
         };
         let offset = self.send_offset(idx);
-        self.block.mr().write_at(offset, &header.encode())?;
+        // SAFETY: send slot `idx` is this call's (see `call`), and not yet posted.
+        unsafe { self.block.mr().write_at(offset, &header.encode())? };
         {
             let mut st = lock(&self.ctxs[idx as usize].state);
             st.phase = Phase::InFlight;
@@ -266,7 +270,8 @@ impl<D: RdmaDevice> Link<D> {
         let body = self.recv_offset(recv) + REPLY_HEADER_LEN;
         reply.clear();
         reply.resize(msg_len, 0);
-        self.block.mr().read_at(body, reply)?;
+        // SAFETY: the receive slot holding this call's reply is its own until posted again.
+        unsafe { self.block.mr().read_at(body, reply)? };
         if header.status == ReplyStatus::Refused {
             bump(&self.shared.counters.refused);
             return Err(SessionError::RequestRefused {
@@ -276,7 +281,8 @@ impl<D: RdmaDevice> Link<D> {
         let bulk_len = header.bulk_len as usize;
         match (bulk, &call.slot) {
             (Bulk::FromServer(out), Some(slot)) if bulk_len <= out.len() => {
-                slot.mr().read_at(slot.offset(), &mut out[..bulk_len])?;
+                // SAFETY: the call's slot; the server's WRITE into it completed before the reply.
+                unsafe { slot.mr().read_at(slot.offset(), &mut out[..bulk_len])? };
                 add(&self.shared.counters.bytes_from_server, bulk_len as u64);
             }
             (Bulk::ToServer(data), _) => {

@@ -44,10 +44,9 @@ impl<D: RdmaDevice> Link<D> {
 
     pub(super) fn on_reply(&self, recv: u16, wc: &WorkCompletion) {
         let mut raw = [0u8; REPLY_HEADER_LEN];
-        let header = self
-            .block
-            .mr()
-            .read_at(self.recv_offset(recv), &mut raw)
+        // SAFETY: receive slot `recv` is this completion's until it is posted again, which
+        // only its dispatch (this call and the caller it wakes) does.
+        let header = unsafe { self.block.mr().read_at(self.recv_offset(recv), &mut raw) }
             .ok()
             .and_then(|()| ReplyHeader::decode(&raw))
             .filter(|h| h.tag < self.depth && wc.byte_len as usize >= REPLY_HEADER_LEN);
