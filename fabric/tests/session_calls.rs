@@ -313,6 +313,7 @@ fn a_dead_qp_is_replaced_by_the_next_call() {
             len: 16,
             right: LeaseRight::RemoteWrite,
         }),
+        tag: None,
     };
     let data = vec![7u8; 16];
     conn.call(&KvStore::put("k"), Bulk::ToServer(&data))

@@ -219,6 +219,7 @@ fn forged_get(
     let forgery = Forgery {
         request_id: None,
         lease: Some(claim),
+        tag: None,
     };
     conn.call_forged(&KvStore::get(key), bulk, forgery, WAIT)
         .map(|_| ())
@@ -335,6 +336,7 @@ fn another_tenants_rkey_over_our_connection_is_refused() {
                 right: LeaseRight::RemoteRead,
                 ..lease
             }),
+            tag: None,
         };
         let stolen = conn.call_forged(&KvStore::put("loot"), Bulk::None, steal, WAIT);
         assert!(
@@ -417,6 +419,7 @@ fn a_replayed_request_is_refused_without_rma() {
             let replay = Forgery {
                 request_id: Some(id),
                 lease: None,
+                tag: None,
             };
             match conn.call_forged(
                 &KvStore::get("k"),
@@ -464,6 +467,54 @@ fn assert_refused(
         }
         other => panic!("expected a refusal mentioning {expect:?}, got {other:?}"),
     }
+}
+
+/// A second request on a tag whose reply the engine has not sent yet is a protocol error: the
+/// connection dies before any handler sees it (two workers would write one reply slot at
+/// once), and the victim tenant is undisturbed.
+#[test]
+fn a_second_request_on_a_tag_still_being_answered_kills_the_connection() {
+    let world = World::new();
+    with_victim(&world, |_| {
+        let session = world.attacker(attacker_config());
+        let conn = session.connect(world.addr(), world.cap("mallory")).unwrap();
+        conn.call(&KvStore::put("k"), Bulk::ToServer(&[3; 4096]))
+            .unwrap();
+        let before = world.server.server().stats().protocol_errors;
+        std::thread::scope(|s| {
+            // A call's tag is the first free one: 0, as the put's was.
+            let held = s.spawn(|| {
+                let mut out = vec![0; 4096];
+                conn.call(&KvStore::hold("k"), Bulk::FromServer(&mut out))
+            });
+            world
+                .store
+                .wait_arrival(WAIT)
+                .expect("the held request reached its handler");
+            let dup = Forgery {
+                tag: Some(0),
+                ..Forgery::default()
+            };
+            let second =
+                conn.call_forged(&KvStore::put("dup"), Bulk::ToServer(&[4; 16]), dup, WAIT);
+            assert!(
+                second.is_err(),
+                "a second request on tag 0 was answered: {second:?}"
+            );
+            world.store.release();
+            assert!(
+                held.join().unwrap().is_err(),
+                "the connection died under it"
+            );
+        });
+        assert_eq!(
+            world.store.value("mallory", "vol", "dup"),
+            None,
+            "no handler ran for the second request"
+        );
+        let server = world.server.server().stats();
+        assert_eq!(server.protocol_errors, before + 1);
+    });
 }
 
 #[test]

@@ -150,6 +150,7 @@ fn setup<D: RdmaDevice>(
         last_rkey: AtomicU32::new(0),
         dead: AtomicBool::new(false),
         outstanding: AtomicU32::new(0),
+        answering: (0..depth).map(|_| AtomicBool::new(false)).collect(),
         releaser: BounceReleaser {
             states: shared.bounce_state.clone(),
             conn: id,

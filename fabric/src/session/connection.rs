@@ -67,6 +67,9 @@ pub struct Forgery {
     pub request_id: Option<u64>,
     /// Lease to name instead of the call's own (guessed, stale or foreign rkeys).
     pub lease: Option<LeaseClaim>,
+    /// Tag to name instead of the call's own (a second request on a tag whose reply the
+    /// server has not sent).
+    pub tag: Option<u16>,
 }
 
 #[derive(Debug, Default)]

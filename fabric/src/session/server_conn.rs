@@ -65,6 +65,11 @@ pub(crate) struct ServerConn<D: RdmaDevice> {
     pub dead: AtomicBool,
     /// Signaled work requests posted and not yet completed.
     pub outstanding: AtomicU32,
+    /// Per tag, whether a request on it is being answered: its reply slot then has one writer,
+    /// the worker answering it, until the reply is written. A client reuses a tag only once its
+    /// reply arrived; a second request on a busy tag is a protocol error that kills the
+    /// connection (two workers would write one reply slot at once).
+    pub answering: Vec<AtomicBool>,
     /// Last, so it runs after the QP is destroyed (used only for its `Drop`).
     #[allow(dead_code)]
     pub releaser: BounceReleaser<D::Mr>,
@@ -241,6 +246,13 @@ impl<D: RdmaDevice> ServerShared<D> {
             self.conn_failed(conn, Death::Protocol("malformed request"));
             return;
         };
+        if conn.answering[header.tag as usize].swap(true, Ordering::AcqRel) {
+            self.conn_failed(
+                conn,
+                Death::Protocol("a request on a tag still being answered"),
+            );
+            return;
+        }
         let mut body = lock(&self.bodies).pop().unwrap_or_default();
         body.clear();
         body.resize(header.msg_len as usize, 0);
@@ -371,7 +383,8 @@ impl<D: RdmaDevice> ServerShared<D> {
     ) {
         let offset = conn.reply_offset(header.tag);
         // SAFETY: the reply slot of tag `header.tag` belongs to the request being answered,
-        // which one worker handles; the client sends no request on that tag before this reply.
+        // which one worker handles: `on_request` kills a connection that sends a second
+        // request on the tag before `answering` is cleared (below, once the reply is written).
         let written = unsafe {
             conn.control
                 .write_at(offset, &header.encode())
@@ -380,6 +393,10 @@ impl<D: RdmaDevice> ServerShared<D> {
                         .write_at(offset + super::wire::REPLY_HEADER_LEN, body)
                 })
         };
+        // Done writing: from here the slot's bytes are the SEND's (DMA), and the tag may carry
+        // the client's next request as soon as the reply reaches it, which can be before
+        // `post_patiently` returns.
+        conn.answering[header.tag as usize].store(false, Ordering::Release);
         let sge = Some(Sge {
             mr: &conn.control,
             offset,

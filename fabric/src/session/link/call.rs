@@ -32,7 +32,8 @@ impl<D: RdmaDevice> Link<D> {
         let started = Instant::now();
         let mut call = self.prepare(request, &bulk, deadline, started)?;
         let claim = call.lease.map(|l| l.claim());
-        let request_id = self.send(&mut call, claim, request.len(), next_id, deadline)?;
+        let tag = call.idx;
+        let request_id = self.send(&mut call, tag, claim, request.len(), next_id, deadline)?;
         self.complete(call, request_id, bulk, reply, deadline, started)
     }
 
@@ -51,6 +52,7 @@ impl<D: RdmaDevice> Link<D> {
         let mut call = self.prepare(request, &bulk, deadline, started)?;
         let claim = forgery.lease.or_else(|| call.lease.map(|l| l.claim()));
         let len = request.len();
+        let tag = forgery.tag.unwrap_or(call.idx);
         let request_id = match forgery.request_id {
             // Sent as it is; later calls still get ids above every one sent.
             Some(id) => {
@@ -58,9 +60,9 @@ impl<D: RdmaDevice> Link<D> {
                     *last = (*last).max(id);
                     id
                 };
-                self.send(&mut call, claim, len, forced, deadline)?
+                self.send(&mut call, tag, claim, len, forced, deadline)?
             }
-            None => self.send(&mut call, claim, len, next_id, deadline)?,
+            None => self.send(&mut call, tag, claim, len, next_id, deadline)?,
         };
         self.complete(call, request_id, bulk, reply, deadline, started)
     }
@@ -122,6 +124,7 @@ impl<D: RdmaDevice> Link<D> {
     fn send(
         &self,
         call: &mut CallGuard<'_, D>,
+        tag: u16,
         claim: Option<LeaseClaim>,
         msg_len: usize,
         assign_id: impl FnOnce(&mut u64) -> u64,
@@ -131,7 +134,7 @@ impl<D: RdmaDevice> Link<D> {
             (Some(_), Invalidation::WithReply) => FLAG_INVALIDATE_WITH_REPLY,
             _ => 0,
         };
-        self.post_request(call.idx, flags, claim, msg_len, assign_id, deadline)
+        self.post_request((call.idx, tag), flags, claim, msg_len, assign_id, deadline)
             .inspect_err(|_| {
                 // The window may be bound: keep its slot until the QP is gone.
                 self.fail(None, "posting a request failed");
@@ -183,7 +186,7 @@ impl<D: RdmaDevice> Link<D> {
     /// increasing order.
     fn post_request(
         &self,
-        idx: u16,
+        (idx, tag): (u16, u16),
         flags: u8,
         lease: Option<LeaseClaim>,
         msg_len: usize,
@@ -194,7 +197,7 @@ impl<D: RdmaDevice> Link<D> {
         let request_id = assign_id(&mut next);
         let header = RequestHeader {
             flags,
-            tag: idx,
+            tag,
             request_id,
             lease,
             msg_len: msg_len as u32,
