@@ -21,6 +21,8 @@
 mod common;
 
 use common::csi_bed::bed;
+use dpufs_csi::csi::VolumeId;
+use dpufs_csi::csi::node::record::VolumeFiles;
 use dpufs_e2e::csi_bed::{Bed, MIB, wait_until};
 use dpufs_proto::csi::v1 as csi;
 use serde_json::Value;
@@ -235,11 +237,11 @@ async fn set_cap(bed: &Bed, id: &str, cap: Cap) {
         .controller_modify_volume(req)
         .await
         .expect("ControllerModifyVolume");
+    let volume =
+        VolumeFiles::of(&bed.state.join("csi"), &VolumeId::parse(id).expect("an id")).keeper_volume;
     wait_until("the aggressor's worker has its cap", || {
-        bed.keeper_volumes().into_iter().any(|(v, _)| {
-            let qos = bed.worker_health(&v).qos;
-            qos.max_iops == iops && qos.max_throughput_mibps == mibps
-        })
+        let qos = bed.worker_health(&volume).qos;
+        qos.max_iops == iops && qos.max_throughput_mibps == mibps
     });
 }
 

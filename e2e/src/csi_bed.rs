@@ -9,7 +9,7 @@
 use crate::volume::EngineVolume;
 use dpufs_daos::{ContainerAdmin, EngineContainers};
 use dpufs_node_api::control::{self, Health};
-use dpufs_node_api::keeper::{Reply, Request, VolumeStatus};
+use dpufs_node_api::keeper::{List, Recovered, Reply, Request, VolumeStatus};
 use dpufs_proto::csi::v1::controller_client::ControllerClient;
 use dpufs_proto::csi::v1::identity_client::IdentityClient;
 use dpufs_proto::csi::v1::node_client::NodeClient;
@@ -499,10 +499,19 @@ impl CsiPlugins {
     }
 
     fn keeper_list(&self) -> Vec<VolumeStatus> {
+        self.keeper_list_all().volumes
+    }
+
+    /// What the keeper did at its start with what an earlier keeper left.
+    pub fn keeper_recovered(&self) -> Vec<Recovered> {
+        self.keeper_list_all().recovered
+    }
+
+    fn keeper_list_all(&self) -> List {
         let req = Request::List;
         let line = ask(&keeper_socket(&self.state), &req.encode());
         match req.decode_reply(&line) {
-            Ok(Reply::List(list)) => list.volumes,
+            Ok(Reply::List(list)) => list,
             other => panic!("the keeper answered list with {other:?}"),
         }
     }

@@ -19,6 +19,7 @@ mod chaos_support;
 use chaos_support::Cluster;
 use chaos_support::load::{FioLoop, Seen, Writer, check, fio_job, run_fio};
 use dpufs_e2e::csi_bed::MIB;
+use dpufs_proto::csi::v1 as csi;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -121,14 +122,8 @@ async fn faults_across_nodes_lose_no_acknowledged_byte_and_leave_no_dead_mount()
     let mut table = Vec::new();
     let mut acked_before = vec![0; nodes.len()];
     for fault in faults {
-        let rows = run_case(
-            &mut cluster,
-            &nodes,
-            &filler_mount,
-            fault,
-            &mut acked_before,
-        )
-        .await;
+        let volumes = (shared.volume_id.as_str(), filler_mount.as_path());
+        let rows = run_case(&mut cluster, &nodes, volumes, fault, &mut acked_before).await;
         report(fault, &rows);
         table.push((fault, rows));
     }
@@ -161,7 +156,26 @@ async fn faults_across_nodes_lose_no_acknowledged_byte_and_leave_no_dead_mount()
                 "node {i} saw errors with {}:\n{summary}",
                 fault.describe()
             );
+            assert_fault_was_felt(*fault, i, r, &summary);
         }
+    }
+}
+
+/// That the fault happened: a cut link stalls its node for about as long as the cut (a file
+/// in flight waits it out), and a full pool fails the shared volume's writes on every node
+/// (the filler's own quota was not what stopped it).
+fn assert_fault_was_felt(fault: Fault, node: usize, r: &Row, summary: &str) {
+    match fault {
+        Fault::CutLink(n, held) if n == node => assert!(
+            r.seen.longest() >= held.mul_f64(0.8),
+            "node {n}'s longest file took {:?} with its link cut for {held:?}:\n{summary}",
+            r.seen.longest()
+        ),
+        Fault::FillPool => assert!(
+            r.seen.errors.contains_key("ENOSPC"),
+            "node {node} saw no ENOSPC with the pool full:\n{summary}"
+        ),
+        _ => {}
     }
 }
 
@@ -216,7 +230,7 @@ fn report(fault: Fault, rows: &[Row]) {
 async fn run_case(
     cluster: &mut Cluster,
     nodes: &[Arc<Node>],
-    filler: &Path,
+    (shared, filler): (&str, &Path),
     fault: Fault,
     acked_before: &mut [usize],
 ) -> Vec<Row> {
@@ -232,7 +246,7 @@ async fn run_case(
         }
     }
     tokio::time::sleep(BEFORE).await;
-    inject(cluster, filler, fault).await;
+    inject(cluster, shared, filler, fault).await;
     let cleared = Instant::now();
     let mut recovered = vec![None; nodes.len()];
     while recovered.iter().any(Option::is_none) {
@@ -242,6 +256,12 @@ async fn run_case(
                 recovered[i] = first.map(|t| t - cleared);
             }
         }
+        // A load thread ends only when told to: one that ended panicked.
+        assert!(
+            !threads.iter().any(|t| t.is_finished()),
+            "{}: a load thread died",
+            fault.describe()
+        );
         if cleared.elapsed() > RECOVERY {
             stop.store(true, Ordering::Release);
             panic!(
@@ -297,15 +317,45 @@ async fn run_case(
 }
 
 /// Injects `fault` and returns once it has cleared.
-async fn inject(cluster: &mut Cluster, filler: &Path, fault: Fault) {
+async fn inject(cluster: &mut Cluster, shared: &str, filler: &Path, fault: Fault) {
     match fault {
         Fault::None => {}
         Fault::KillWorker(n) => {
             let (_, pid) = cluster.nodes[n].keeper_volumes()[0].clone();
             dpufs_e2e::kill9(pid.expect("a worker"));
         }
-        Fault::KillKeeper(n) => cluster.nodes[n].kill9_and_restart_keeper(),
-        Fault::KillNodePlugin(n) => cluster.nodes[n].kill9_and_restart_node_plugin().await,
+        Fault::KillKeeper(n) => {
+            let node = &mut cluster.nodes[n];
+            let (volume, worker) = node.keeper_volumes()[0].clone();
+            node.kill9_and_restart_keeper();
+            // The new keeper found the volume's worker alive and left it serving (it does not
+            // adopt it: docs/keeper.md, "Records and clean-up").
+            let recovered = node.keeper_recovered();
+            assert!(
+                recovered
+                    .iter()
+                    .any(|r| r.volume.as_ref() == Some(&volume) && r.pid == worker),
+                "the new keeper's recovery: {recovered:?}"
+            );
+        }
+        Fault::KillNodePlugin(n) => {
+            cluster.nodes[n].kill9_and_restart_node_plugin().await;
+            // The new plugin serves the volume it finds staged.
+            let target = cluster.nodes[n].path("shared/mount");
+            let stats = cluster.nodes[n]
+                .node
+                .clone()
+                .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
+                    volume_id: shared.into(),
+                    volume_path: target.display().to_string(),
+                    ..Default::default()
+                })
+                .await;
+            assert!(
+                stats.is_ok(),
+                "NodeGetVolumeStats after the restart: {stats:?}"
+            );
+        }
         Fault::KillEngine => cluster
             .vol
             .engine
@@ -319,7 +369,8 @@ async fn inject(cluster: &mut Cluster, filler: &Path, fault: Fault) {
         Fault::LosePackets(n, percent, held) => {
             cluster.net.lose(n, percent);
             tokio::time::sleep(held).await;
-            cluster.net.stop_losing(n);
+            let dropped = cluster.net.stop_losing(n);
+            assert!(dropped > 0, "node {n} lost no packet");
         }
         Fault::FillPool => {
             let dir = filler.to_path_buf();
@@ -327,6 +378,7 @@ async fn inject(cluster: &mut Cluster, filler: &Path, fault: Fault) {
                 .await
                 .expect("fill");
             eprintln!("chaos: the pool took {} MiB more, then {why}", bytes >> 20);
+            assert_eq!(why, "ENOSPC", "the filler stopped for another reason");
             tokio::time::sleep(BEFORE).await;
             for f in std::fs::read_dir(filler).expect("the filler's files") {
                 std::fs::remove_file(f.expect("an entry").path()).expect("remove a filler file");

@@ -185,6 +185,8 @@ pub fn fio_job(file: &Path, verify_only: bool) -> Command {
         "--direct=1",
         "--ioengine=psync",
         "--verify=crc32c",
+        // No verify-state files in the working directory.
+        "--verify_state_save=0",
     ])
     .arg(format!("--filename={}", file.display()));
     if verify_only {

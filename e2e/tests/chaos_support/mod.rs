@@ -109,10 +109,21 @@ impl Topology {
         }
     }
 
-    /// Node `i` loses nothing any more.
-    pub fn stop_losing(&self, i: usize) {
+    /// Node `i` loses nothing any more; the packets its rules dropped.
+    pub fn stop_losing(&self, i: usize) -> u64 {
+        let out = self
+            .iptables(i, &["-L", "-v", "-x", "-n"])
+            .output()
+            .expect("run iptables");
+        // Rule lines start with their packet count; the DROP rules are the only rules.
+        let dropped = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("DROP") && !l.starts_with("Chain"))
+            .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+            .sum();
         let status = self.iptables(i, &["-F"]).status().expect("run iptables");
         assert!(status.success(), "iptables -F in node {i}: {status}");
+        dropped
     }
 
     fn iptables(&self, i: usize, args: &[&str]) -> Command {
