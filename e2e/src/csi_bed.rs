@@ -297,7 +297,7 @@ impl CsiPlugins {
     }
 
     /// Starts a node plugin serving on `socket`, with the bed's directory, state and key.
-    pub fn node_plugin(&self, socket: &Path) -> Child {
+    fn node_plugin(&self, socket: &Path) -> Child {
         let mut args: Vec<PathBuf> = ["node", "--node-id", &self.opts.node_id]
             .into_iter()
             .chain(["--keeper-start", "never"])

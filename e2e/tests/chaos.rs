@@ -77,8 +77,6 @@ struct Node {
 /// What one case showed on one node.
 struct Row {
     seen: Seen,
-    /// Files acknowledged during the case.
-    acked: usize,
     recovered: Duration,
     checked: u64,
     lost: u64,
@@ -120,31 +118,17 @@ async fn faults_across_nodes_lose_no_acknowledged_byte_and_leave_no_dead_mount()
         Fault::FillPool,
     ];
     let mut table = Vec::new();
-    let mut acked_before = vec![0; nodes.len()];
-    for fault in faults {
-        let volumes = (shared.volume_id.as_str(), filler_mount.as_path());
-        let rows = run_case(&mut cluster, &nodes, volumes, fault, &mut acked_before).await;
-        report(fault, &rows);
-        table.push((fault, rows));
-    }
-
     let mut summary = String::from(
         "| fault | node | files acknowledged | errors the application saw | file p99 | longest file | writing again after | bytes checked (all files so far) | bytes lost |\n|---|---|---:|---|---:|---:|---:|---:|---:|\n",
     );
-    for (fault, rows) in &table {
-        for (i, r) in rows.iter().enumerate() {
-            summary += &format!(
-                "| {} | {i} | {} | {} | {} ms | {} ms | {:.2} s | {} | {} |\n",
-                fault.describe(),
-                r.acked,
-                errors(&r.seen),
-                r.seen.p99().as_millis(),
-                r.seen.longest().as_millis(),
-                r.recovered.as_secs_f64(),
-                r.checked,
-                r.lost
-            );
-        }
+    let volumes = (shared.volume_id.as_str(), filler_mount.as_path());
+    for fault in faults {
+        let rows = run_case(&mut cluster, &nodes, volumes, fault).await;
+        let lines = table_rows(fault, &rows);
+        // As each case ends: the whole run takes minutes.
+        eprint!("chaos:\n{lines}");
+        summary += &lines;
+        table.push((fault, rows));
     }
     eprintln!("\n{summary}");
     let lost: u64 = table.iter().flat_map(|(_, r)| r).map(|r| r.lost).sum();
@@ -208,20 +192,23 @@ fn errors(seen: &Seen) -> String {
     all.join(", ")
 }
 
-fn report(fault: Fault, rows: &[Row]) {
+/// The rows of `fault`'s case in the summary table, one per node.
+fn table_rows(fault: Fault, rows: &[Row]) -> String {
+    let mut lines = String::new();
     for (i, r) in rows.iter().enumerate() {
-        eprintln!(
-            "chaos: {} — node {i}: {} files acknowledged, errors {}, p99 {:?}, longest {:?}, writing again after {:?}, {} bytes checked, {} lost",
+        lines += &format!(
+            "| {} | {i} | {} | {} | {} ms | {} ms | {:.2} s | {} | {} |\n",
             fault.describe(),
-            r.acked,
+            r.seen.acked,
             errors(&r.seen),
-            r.seen.p99(),
-            r.seen.longest(),
-            r.recovered,
+            r.seen.p99().as_millis(),
+            r.seen.longest().as_millis(),
+            r.recovered.as_secs_f64(),
             r.checked,
             r.lost
         );
     }
+    lines
 }
 
 /// Runs the load on every node, `fault` after [`BEFORE`], until every node has written again
@@ -232,7 +219,6 @@ async fn run_case(
     nodes: &[Arc<Node>],
     (shared, filler): (&str, &Path),
     fault: Fault,
-    acked_before: &mut [usize],
 ) -> Vec<Row> {
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
@@ -307,7 +293,6 @@ async fn run_case(
         }
         rows.push(Row {
             seen,
-            acked: acked.len() - std::mem::replace(&mut acked_before[i], acked.len()),
             recovered: recovered[i].expect("recovered"),
             checked,
             lost,

@@ -22,6 +22,8 @@ pub struct Seen {
     pub errors: BTreeMap<String, u64>,
     /// How long each ledger file took (create, write, fsync, close), failed ones too.
     pub took: Vec<Duration>,
+    /// Ledger files acknowledged.
+    pub acked: usize,
 }
 
 impl Seen {
@@ -92,7 +94,10 @@ impl Writer {
             let mut s = self.state.lock().unwrap();
             s.seen.took.push(start.elapsed());
             match result {
-                Ok(()) => s.acked.push((seq, Instant::now())),
+                Ok(()) => {
+                    s.acked.push((seq, Instant::now()));
+                    s.seen.acked += 1;
+                }
                 Err(e) => s.seen.error(errno_name(&e)),
             }
             drop(s);
