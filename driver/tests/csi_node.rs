@@ -672,3 +672,41 @@ async fn a_stage_over_max_volumes_per_node_is_refused_and_the_others_serve_on() 
         bed.unmount(&id, paths).await;
     }
 }
+
+/// Stages of different volumes run at once; when they race for the node's last places, no
+/// more than `max_volumes_per_node` of them win, and the others are refused, not served.
+#[tokio::test(flavor = "multi_thread")]
+async fn stages_racing_for_the_last_places_stage_no_more_than_max_volumes_per_node() {
+    if !can_mount() {
+        return;
+    }
+    let bed = bed_with_node_args(&["--max-volumes", "2"]).await;
+    let mut volumes = Vec::new();
+    for i in 0..5 {
+        let name = format!("pvc-race{i}");
+        let id = bed.create(&name, "ns-a").await.volume_id;
+        let staging = bed.path(&format!("{name}-globalmount"));
+        std::fs::create_dir_all(&staging).unwrap();
+        volumes.push((id, staging));
+    }
+    let stages = volumes.iter().map(|(id, staging)| bed.stage(id, staging));
+    let outcomes = futures::future::join_all(stages).await;
+    let staged: Vec<_> = volumes
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, outcome)| outcome.is_ok())
+        .map(|(volume, _)| volume)
+        .collect();
+    for refused in outcomes.iter().filter_map(|o| o.as_ref().err()) {
+        assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    }
+    assert_eq!(staged.len(), 2, "{outcomes:?}");
+    assert_eq!(
+        bed.keeper_volumes().len(),
+        2,
+        "a worker for each staged volume only"
+    );
+    for (id, staging) in staged {
+        bed.unstage(id, staging).await.unwrap();
+    }
+}

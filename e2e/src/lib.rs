@@ -39,13 +39,23 @@ pub fn binary(name: &str, package: &str) -> PathBuf {
     let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
     if !built.iter().any(|b| b == name) {
         let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", package, "--bin", name])
+            .args(["build", "--quiet", "--profile", &profile(), "-p", package])
+            .args(["--bin", name])
             .status()
             .expect("running cargo build");
         assert!(status.success(), "cargo build -p {package} failed");
         built.push(name.to_string());
     }
     bin_dir().join(name)
+}
+
+/// The cargo profile this executable was built with, from the directory it sits in: a
+/// benchmark (`target/release`) must drive release binaries, not stale or debug ones.
+fn profile() -> String {
+    match bin_dir().file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev".to_string(),
+        Some(dir) => dir.to_string(),
+    }
 }
 
 /// Sends SIGKILL to `pid` (a crash, as the OOM killer or a node failure makes one) and

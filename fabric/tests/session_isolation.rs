@@ -591,6 +591,44 @@ fn a_tenant_at_its_connection_cap_is_refused_one_more_and_others_are_not() {
     });
 }
 
+/// Handshakes of one tenant started at once cannot pass the per-tenant cap together: the check
+/// and the count are one step, although each handshake takes round trips before its
+/// connection is in the server's table.
+#[test]
+fn handshakes_racing_for_a_tenants_last_connection_get_no_more_than_its_cap() {
+    let config = ServerConfig {
+        max_connections_per_tenant: 2,
+        ..ServerConfig::default()
+    };
+    let world = World::start("dpufs-session-cap-race", config);
+    with_victim(&world, |_| {
+        let mallory: Vec<_> = (0..8).map(|_| world.attacker(attacker_config())).collect();
+        let start = std::sync::Barrier::new(mallory.len());
+        let world = &world;
+        let connected: Vec<_> = std::thread::scope(|s| {
+            let tries: Vec<_> = mallory
+                .iter()
+                .map(|session| {
+                    let cap = world.cap("mallory");
+                    let start = &start;
+                    s.spawn(move || {
+                        start.wait();
+                        session.connect(world.addr(), cap)
+                    })
+                })
+                .collect();
+            tries.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let held = connected.iter().filter(|c| c.is_ok()).count();
+        assert_eq!(held, 2, "mallory's cap is 2 connections");
+        assert_eq!(
+            world.server.server().connections(),
+            3,
+            "the victim and mallory's two"
+        );
+    });
+}
+
 #[test]
 fn a_capability_captured_on_the_wire_cannot_be_presented_by_anyone_else() {
     let world = World::new();

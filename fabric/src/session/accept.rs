@@ -39,12 +39,57 @@ const NO_PROOF: &str = "no proof of holding the capability's key: a capability t
 const WRONG_PROOF: &str = "the proof does not verify for the capability's holder key (a \
     capability presented by someone it was not issued to)";
 
-/// Checks a hello, answering `challenge`, before anything is created for it.
-fn admit<D: RdmaDevice>(
-    shared: &ServerShared<D>,
+/// A connection counted against the server's and its tenant's limits from the moment it is
+/// admitted until it is in the connection table (or its handshake failed): the check and the
+/// count are one step under one lock, so concurrent handshakes cannot pass the check together.
+struct Admission<'a, D: RdmaDevice> {
+    shared: &'a ServerShared<D>,
+    tenant: String,
+}
+
+impl<'a, D: RdmaDevice> Admission<'a, D> {
+    fn take(shared: &'a ServerShared<D>, tenant: &str) -> Result<Self, String> {
+        let mut admitting = lock(&shared.admitting);
+        let conns = shared.conns.read().unwrap_or_else(PoisonError::into_inner);
+        let config = &shared.config;
+        if conns.len() + admitting.len() >= config.max_connections {
+            return Err(format!(
+                "the server has its maximum of {} connections",
+                config.max_connections
+            ));
+        }
+        let mine = conns.values().filter(|c| c.claims.tenant == tenant).count()
+            + admitting.iter().filter(|t| *t == tenant).count();
+        if mine >= config.max_connections_per_tenant {
+            return Err(format!(
+                "tenant {tenant:?} has its maximum of {} connections",
+                config.max_connections_per_tenant
+            ));
+        }
+        admitting.push(tenant.to_string());
+        Ok(Admission {
+            shared,
+            tenant: tenant.to_string(),
+        })
+    }
+}
+
+impl<D: RdmaDevice> Drop for Admission<'_, D> {
+    fn drop(&mut self) {
+        let mut admitting = lock(&self.shared.admitting);
+        if let Some(i) = admitting.iter().position(|t| *t == self.tenant) {
+            admitting.swap_remove(i);
+        }
+    }
+}
+
+/// Checks a hello, answering `challenge`, before anything is created for it; the admission
+/// holds the connection's place under the limits until it is in the table.
+fn admit<'a, D: RdmaDevice>(
+    shared: &'a ServerShared<D>,
     hello: &Hello,
     challenge: &Challenge,
-) -> Result<Capability, String> {
+) -> Result<(Capability, Admission<'a, D>), String> {
     if hello.version != PROTOCOL_VERSION {
         return Err(format!(
             "session protocol version {} is not supported (this server speaks {PROTOCOL_VERSION})",
@@ -87,27 +132,11 @@ fn admit<D: RdmaDevice>(
     if shared.shutdown.load(Ordering::Acquire) {
         return Err("the server is shutting down".into());
     }
-    let conns = shared.conns.read().unwrap_or_else(PoisonError::into_inner);
-    if conns.len() >= shared.config.max_connections {
-        return Err(format!(
-            "the server has its maximum of {} connections",
-            shared.config.max_connections
-        ));
-    }
-    let mine = conns
-        .values()
-        .filter(|c| c.claims.tenant == claims.tenant)
-        .count();
-    if mine >= shared.config.max_connections_per_tenant {
-        return Err(format!(
-            "tenant {:?} has its maximum of {} connections",
-            claims.tenant, shared.config.max_connections_per_tenant
-        ));
-    }
     if hello.depth == 0 || hello.max_bulk == 0 {
         return Err("depth and bulk size must be positive".into());
     }
-    Ok(claims)
+    let admission = Admission::take(shared, &claims.tenant)?;
+    Ok((claims, admission))
 }
 
 /// Creates the connection's QP (RTR, receives posted) and buffers.
@@ -193,8 +222,8 @@ pub(crate) fn accept<D: RdmaDevice>(shared: &Arc<ServerShared<D>>, mut stream: T
             return;
         }
     };
-    let claims = match admit(shared, &hello, &challenge) {
-        Ok(claims) => claims,
+    let (claims, _admission) = match admit(shared, &hello, &challenge) {
+        Ok(admitted) => admitted,
         Err(reason) => {
             let _ = refuse(shared, &mut stream, &reason);
             return;

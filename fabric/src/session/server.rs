@@ -181,6 +181,7 @@ impl<D: RdmaDevice> SessionServer<D> {
             handler: Box::new(handler),
             trusted: RwLock::new(trusted),
             conns: RwLock::new(HashMap::new()),
+            admitting: Mutex::new(Vec::new()),
             next_conn: AtomicU32::new(1),
             jobs: Mutex::new(Jobs {
                 queue: Default::default(),

@@ -112,6 +112,8 @@ pub(crate) struct ServerShared<D: RdmaDevice> {
     pub handler: Box<dyn Handler>,
     pub trusted: RwLock<super::agent::TrustedAgents>,
     pub conns: RwLock<HashMap<u32, Arc<ServerConn<D>>>>,
+    /// Tenants of handshakes admitted and not yet in `conns` (see `accept::Admission`).
+    pub admitting: Mutex<Vec<String>>,
     pub next_conn: AtomicU32,
     pub jobs: Mutex<Jobs<D>>,
     pub queued: AtomicUsize,

@@ -24,8 +24,9 @@ use crate::csi::volume_id::{VolumeId, VolumeIdError};
 use crate::launcher::{Attachment, VolumeState, WantedVolume, ensure_volume};
 use dpufs_node_api::keeper::{Reply, Request as KeeperRequest};
 use dpufs_node_api::qos::QosLimits;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::agent::NodeAgent;
 use super::uids::TenantUids;
@@ -57,6 +58,26 @@ pub struct Stager {
     max_volumes: i64,
     worker_args: Vec<String>,
     uids: Arc<TenantUids>,
+    /// Volumes planned and not recorded yet (see [`Reservation`]).
+    reserved: Arc<Mutex<HashSet<String>>>,
+}
+
+/// A place under `max_volumes` held for a volume from the moment its stage is planned until
+/// its record is written or the stage gives up: stages of different volumes run at once, and
+/// without it two of them could both pass the check for the last place.
+#[derive(Debug)]
+struct Reservation {
+    reserved: Arc<Mutex<HashSet<String>>>,
+    id: String,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.reserved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
 }
 
 impl std::fmt::Debug for Stager {
@@ -78,6 +99,8 @@ pub struct Planned {
     limits: QosLimits,
     served_by: ServedBy,
     new: bool,
+    /// A new volume's place under `max_volumes`, held until the record is written.
+    reservation: Option<Arc<Reservation>>,
 }
 
 /// What the volume's worker serves it from.
@@ -132,6 +155,7 @@ impl Planned {
             limits,
             served_by,
             new,
+            reservation,
         } = self;
         make_records_dir(&stager.records_dir())
             .map_err(|e| node_err("creating the records directory")(e.to_string()))?;
@@ -147,6 +171,8 @@ impl Planned {
         volume
             .save(&files.record)
             .map_err(|e| node_err("writing the stage record")(e.to_string()))?;
+        // The record counts the volume from now on.
+        drop(reservation);
         let mut worker_args = served_by.worker_args(&volume, &files.capability);
         worker_args.extend(["--qos".to_string(), files.qos.display().to_string()]);
         worker_args.extend(stager.worker_args.iter().cloned());
@@ -201,6 +227,7 @@ impl Stager {
             max_volumes,
             worker_args,
             uids,
+            reserved: Arc::default(),
         }
     }
 
@@ -268,7 +295,7 @@ impl Stager {
         let known = self.staged(id)?;
         let new = known.is_none();
         let clients = self.dir.system(&id.system).await?;
-        let (mut volume, limits) = match known {
+        let (mut volume, limits, reservation) = match known {
             Some(v) => {
                 let v = check_same(id, v, at, read_only)?;
                 let limits = qos::read(&clients, id)
@@ -277,9 +304,13 @@ impl Stager {
                         step: format!("reading the QoS limits of volume {id}"),
                         source,
                     })?;
-                (v, limits)
+                (v, limits, None)
             }
-            None => self.resolve(&clients, id, at, read_only).await?,
+            None => {
+                let reservation = self.reserve(id)?;
+                let (v, limits) = self.resolve(&clients, id, at, read_only).await?;
+                (v, limits, Some(Arc::new(reservation)))
+            }
         };
         let served_by = match clients.volumes {
             VolumeAccess::Engine { data_endpoint } => ServedBy::Engine(
@@ -303,6 +334,27 @@ impl Stager {
             limits,
             served_by,
             new,
+            reservation,
+        })
+    }
+
+    /// Holds a place under `max_volumes` for `id`, which has no record: the records and the
+    /// other reservations are counted under the reservations' lock.
+    fn reserve(&self, id: &VolumeId) -> Result<Reservation, StageError> {
+        let mut reserved = self.reserved.lock().unwrap_or_else(PoisonError::into_inner);
+        let staged = self.all_staged()?;
+        let mut taken: HashSet<&str> = staged.iter().map(|v| v.volume_id.as_str()).collect();
+        taken.extend(reserved.iter().map(String::as_str));
+        if taken.len() as i64 >= self.max_volumes {
+            return Err(StageError::TooManyVolumes {
+                max: self.max_volumes,
+            });
+        }
+        let id = id.to_string();
+        reserved.insert(id.clone());
+        Ok(Reservation {
+            reserved: self.reserved.clone(),
+            id,
         })
     }
 
@@ -314,11 +366,6 @@ impl Stager {
         at: &Path,
         read_only: bool,
     ) -> Result<(StagedVolume, QosLimits), StageError> {
-        if self.all_staged()?.len() as i64 >= self.max_volumes {
-            return Err(StageError::TooManyVolumes {
-                max: self.max_volumes,
-            });
-        }
         let (pool, container) = (id.pool.to_string(), id.container.to_string());
         let attrs = clients
             .containers
