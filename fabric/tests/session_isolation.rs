@@ -629,6 +629,31 @@ fn handshakes_racing_for_a_tenants_last_connection_get_no_more_than_its_cap() {
     });
 }
 
+/// A server that sends each reply twice costs the client nothing: the second is dropped and
+/// its receive slot posted again (kept instead, each would take a slot for good, and after
+/// `depth` calls the connection would have none left for replies).
+#[test]
+fn duplicate_replies_from_a_broken_server_cost_the_client_no_receive_slot() {
+    let world = World::new();
+    world.server.server().duplicate_replies();
+    let session = world.attacker(attacker_config());
+    let conn = session.connect(world.addr(), world.cap("trent")).unwrap();
+    for i in 0..4 * attacker_config().depth {
+        let value = [i as u8; 4096];
+        let put = conn.call(&KvStore::put("k"), Bulk::ToServer(&value));
+        assert_eq!(put.unwrap().message, b"ok", "put {i}");
+        let mut back = [0u8; 4096];
+        let get = conn.call(&KvStore::get("k"), Bulk::FromServer(&mut back));
+        assert_eq!(get.unwrap().message, b"ok", "get {i}");
+        assert_eq!(back, value, "get {i}");
+    }
+    assert_eq!(
+        world.server.server().stats().connections,
+        1,
+        "all on the one connection"
+    );
+}
+
 #[test]
 fn a_capability_captured_on_the_wire_cannot_be_presented_by_anyone_else() {
     let world = World::new();

@@ -197,6 +197,8 @@ impl<D: RdmaDevice> SessionServer<D> {
             quarantine: Mutex::new(HashMap::new()),
             shutdown: flag.clone(),
             handshakes: AtomicUsize::new(0),
+            #[cfg(feature = "testing")]
+            duplicate_replies: AtomicBool::new(false),
             cq,
             pd,
             device,
@@ -218,6 +220,13 @@ impl<D: RdmaDevice> SessionServer<D> {
     /// Counters.
     pub fn stats(&self) -> ServerStats {
         self.shared.counters.snapshot()
+    }
+
+    /// Test hook: from now on every reply is sent twice, as a broken or hostile server
+    /// might; a client must not lose a receive slot to the second.
+    #[cfg(feature = "testing")]
+    pub fn duplicate_replies(&self) {
+        self.shared.duplicate_replies.store(true, Ordering::Release);
     }
 
     /// Connections currently established.

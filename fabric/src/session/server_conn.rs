@@ -127,6 +127,9 @@ pub(crate) struct ServerShared<D: RdmaDevice> {
     pub quarantine: Mutex<HashMap<(String, String), Quarantine>>,
     pub shutdown: Arc<AtomicBool>,
     pub handshakes: AtomicUsize,
+    /// Test hook: every reply is sent twice ([`super::SessionServer::duplicate_replies`]).
+    #[cfg(feature = "testing")]
+    pub duplicate_replies: AtomicBool,
     pub cq: D::Cq,
     pub pd: D::Pd,
     pub device: D,
@@ -425,6 +428,20 @@ impl<D: RdmaDevice> ServerShared<D> {
             conn.outstanding.fetch_sub(1, Ordering::AcqRel);
             self.release_bounce(bounce.0, bounce.1, conn.id);
             self.conn_failed(conn, Death::Protocol("posting a reply failed"));
+        }
+        #[cfg(feature = "testing")]
+        if posted.is_ok() && self.duplicate_replies.load(Ordering::Acquire) {
+            // A broken server's second SEND of the reply (no invalidation, no bounce).
+            conn.outstanding.fetch_add(1, Ordering::AcqRel);
+            let again =
+                post_patiently::<D>(&self.router, &conn.qp, deadline, &dispatch, || SendWr {
+                    wr_id: wr_id(REPLY, conn.id, NO_BOUNCE, 0),
+                    op: SendOp::Send { sge },
+                    signaled: true,
+                });
+            if again.is_err() {
+                conn.outstanding.fetch_sub(1, Ordering::AcqRel);
+            }
         }
     }
 

@@ -210,6 +210,7 @@ impl<D: RdmaDevice> Link<D> {
             st.phase = Phase::InFlight;
             st.request_id = request_id;
             st.outcome = None;
+            st.answered = false;
             st.waiter = Some(thread::current());
         }
         let signaled = self

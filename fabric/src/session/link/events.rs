@@ -57,7 +57,7 @@ impl<D: RdmaDevice> Link<D> {
         self.replied();
         let ctx = &self.ctxs[header.tag as usize];
         let mut st = lock(&ctx.state);
-        if st.request_id != header.request_id || st.phase == Phase::Idle {
+        if st.request_id != header.request_id || st.phase == Phase::Idle || st.answered {
             drop(st);
             self.repost(recv);
             return;
@@ -70,6 +70,7 @@ impl<D: RdmaDevice> Link<D> {
             self.release_parked(header.tag, revoked);
             return;
         }
+        st.answered = true;
         st.outcome = Some(Outcome::Reply {
             recv,
             byte_len: wc.byte_len,

@@ -80,6 +80,9 @@ struct CtxState<M: MemoryRegion> {
     request_id: u64,
     waiter: Option<Thread>,
     outcome: Option<Outcome>,
+    /// The current request's reply has come: a second one (a broken server's) is dropped,
+    /// its receive slot posted again, instead of taking the first one's place.
+    answered: bool,
     rotation: KeyRotation,
     /// Outcome of the LOCAL_INV of the current binding.
     inv: Option<WcStatus>,
@@ -181,6 +184,7 @@ impl<D: RdmaDevice> Link<D> {
                     request_id: 0,
                     waiter: None,
                     outcome: None,
+                    answered: false,
                     rotation,
                     inv: None,
                     revoked: false,
