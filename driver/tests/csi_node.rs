@@ -429,6 +429,44 @@ async fn modify_volume_caps_the_throughput_of_a_mounted_volume() {
     );
 }
 
+/// `maxIops` holds metadata requests too: a tenant capped at 20 requests a second cannot
+/// create files (or look them up, or list them) faster than that, and reads and writes are
+/// not the only way through the cap.
+#[tokio::test(flavor = "multi_thread")]
+async fn modify_volume_caps_the_metadata_requests_of_a_mounted_volume() {
+    if !can_mount() {
+        return;
+    }
+    let bed = bed_with_node_args(&["--qos-refresh-secs", "1"]).await;
+    let id = bed.create("pvc-meta", "ns-a").await.volume_id;
+    let (staging, target) = bed.mount(&id, "pod").await;
+    let keeper_volume =
+        VolumeFiles::of(&bed.state.join("csi"), &VolumeId::parse(&id).unwrap()).keeper_volume;
+    let req = csi::ControllerModifyVolumeRequest {
+        volume_id: id.clone(),
+        mutable_parameters: [("maxIops".to_string(), "20".to_string())].into(),
+        ..Default::default()
+    };
+    bed.ctl.clone().controller_modify_volume(req).await.unwrap();
+    wait_until("the worker has the cap", || {
+        bed.worker_health(&keeper_volume).qos.max_iops == Some(20)
+    });
+    // 40 creates (each a lookup of a new name and a create, 80 requests) at 20 a second:
+    // 4 s, less the 100 ms the pacer lets a volume run ahead. Only the lower bound is
+    // asserted: a slow machine can only make it longer.
+    let started = Instant::now();
+    for i in 0..40 {
+        std::fs::File::create(target.join(format!("f{i}"))).unwrap();
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(3000),
+        "80 metadata requests at maxIops 20 took {took:?}"
+    );
+    bed.unpublish(&id, &target).await.unwrap();
+    bed.unstage(&id, &staging).await.unwrap();
+}
+
 /// Writes `mib` MiB to `path` in 1 MiB writes and syncs it.
 fn write_file(path: &Path, mib: usize) {
     use std::io::Write;

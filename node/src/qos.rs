@@ -20,8 +20,8 @@ pub struct QosLimits {
         skip_serializing_if = "Option::is_none"
     )]
     pub max_throughput_mibps: Option<u64>,
-    /// Read and write requests per second, as the worker receives them from the kernel
-    /// (a request is at most the mount's `max_read`/`max_write`, 1 MiB).
+    /// Requests per second, as the worker receives them from the kernel: reads and writes (a
+    /// request is at most the mount's `max_read`/`max_write`, 1 MiB) and metadata requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_iops: Option<u64>,
 }

@@ -206,6 +206,26 @@ impl LookupCounts {
     }
 }
 
+/// Whether `op` is a metadata request that counts against the volume's `maxIops` (admitted
+/// in [`DfsFs::op`]): every operation that may ask the backend something. Reads and writes
+/// are admitted with their bytes where they start; the others here never reach the backend.
+/// Without this a tenant held to its IOPS could still flood the engine with creates, lookups
+/// or listings.
+fn counts_as_metadata_request(op: Op) -> bool {
+    !matches!(
+        op,
+        Op::Read
+            | Op::Write
+            | Op::Init
+            | Op::Destroy
+            | Op::Forget
+            | Op::Flush
+            | Op::Link
+            | Op::Release
+            | Op::Releasedir
+    )
+}
+
 /// The file system served to the kernel.
 pub struct DfsFs {
     dfs: Arc<dyn Dfs>,
@@ -314,6 +334,10 @@ impl DfsFs {
 
     /// Runs one operation with its stats.
     fn op<T>(&self, op: Op, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        if counts_as_metadata_request(op) {
+            // Before the operation's clock starts, as for reads and writes.
+            self.throttle.admit(0);
+        }
         let start: Instant = self.stats.begin();
         let r = f();
         self.stats

@@ -1,5 +1,6 @@
-//! The worker's QoS: caps on bytes and requests per second for reads and writes, taken from
-//! the volume's QoS file and changed while the worker serves.
+//! The worker's QoS: caps on bytes per second (reads and writes) and requests per second
+//! (reads, writes and metadata requests, see `super::fs`), taken from the volume's QoS file and
+//! changed while the worker serves.
 //!
 //! Each cap is a generic cell-rate pacer: a request of cost `c` moves the theoretical
 //! arrival time `tat` forward by `c / rate`, and waits until `tat - burst`. Requests may run
@@ -93,10 +94,14 @@ impl Throttle {
         }
     }
 
-    /// How long a request moving `bytes` at `now` has to wait (and admits it).
+    /// How long a request moving `bytes` at `now` has to wait (and admits it). A request
+    /// that moves none (metadata) waits for the request cap only, never behind the bytes of
+    /// the reads and writes admitted before it.
     fn wait_for(&self, bytes: u64, now: Instant) -> Duration {
         let mut state = self.lock();
-        let by_bytes = state.bytes.as_mut().map(|p| p.admit(bytes as f64, now));
+        let by_bytes = (state.bytes.as_mut())
+            .filter(|_| bytes > 0)
+            .map(|p| p.admit(bytes as f64, now));
         let by_requests = state.requests.as_mut().map(|p| p.admit(1.0, now));
         by_bytes.max(by_requests).unwrap_or_default()
     }
@@ -168,6 +173,24 @@ mod tests {
         assert_eq!(waits[9], Duration::ZERO);
         assert_eq!(waits[10], Duration::from_millis(10));
         assert_eq!(waits[11], Duration::from_millis(20));
+    }
+
+    #[test]
+    fn a_request_moving_no_bytes_waits_for_the_request_cap_only() {
+        let t = Throttle::new(limits(Some(1), None));
+        let now = Instant::now();
+        // Two seconds of bytes admitted ahead.
+        t.wait_for(2 << 20, now);
+        assert_eq!(t.wait_for(0, now), Duration::ZERO);
+        let t = Throttle::new(limits(Some(1), Some(10)));
+        let now = Instant::now();
+        t.wait_for(2 << 20, now);
+        let waits: Vec<Duration> = (0..2).map(|_| t.wait_for(0, now)).collect();
+        // The request cap's burst went to the write: 100 ms per request after it.
+        assert_eq!(
+            waits,
+            [Duration::from_millis(100), Duration::from_millis(200)]
+        );
     }
 
     #[test]
