@@ -14,7 +14,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  targets=(fabric_wire handshake dfs_request node_protocols csi_fields dpu_channel fuse_request)
+  targets=(fabric_wire handshake dfs_request node_protocols csi_fields dpu_channel fuse_request mgmt_request)
 fi
 out=${FUZZ_OUT:-$PWD/target/fuzz}
 # Instrumented builds keep a target directory of their own: sharing the normal one would

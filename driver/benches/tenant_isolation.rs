@@ -85,6 +85,19 @@ const AGGRESSORS: &[Aggressor] = &[
         jobs: 2,
         cap: Cap::MiBps(20),
     },
+    Aggressor {
+        // Each of fio's "I/Os" opens (creating, the first time) one of its files: metadata
+        // requests only, which `maxIops` counts as well.
+        name: "file creates and opens over maxIops 100",
+        fio: &[
+            "--ioengine=filecreate",
+            "--nrfiles=2000",
+            "--filesize=4k",
+            "--openfiles=64",
+        ],
+        jobs: 4,
+        cap: Cap::Iops(100),
+    },
 ];
 
 /// The victim's three runs of one aggressor and round.

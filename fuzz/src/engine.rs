@@ -50,6 +50,11 @@ impl FuzzEngine {
         }
     }
 
+    /// The engine itself, for its management services.
+    pub fn engine(&self) -> std::sync::Arc<dpufs_engine::Engine> {
+        self.engine.engine.clone()
+    }
+
     /// A connection to the container: requests go to the data service unchanged.
     pub fn connection(&self) -> InProcess {
         InProcess {

@@ -13,6 +13,7 @@ mod dpu;
 mod engine;
 mod fabric;
 mod fuse;
+mod mgmt;
 mod node;
 
 use std::path::PathBuf;
@@ -38,10 +39,13 @@ pub enum Target {
     DpuChannel,
     /// A FUSE request served by the volume worker (the kernel, or a guest over virtio-fs).
     FuseRequest,
+    /// A request to the engine's management services (DAOS's `MgmtSvc`, `ContainerSvc`,
+    /// `RankControl`), as the operator and the CSI controller send them over gRPC.
+    MgmtRequest,
 }
 
 impl Target {
-    pub const ALL: [Target; 7] = [
+    pub const ALL: [Target; 8] = [
         Target::FabricWire,
         Target::Handshake,
         Target::DfsRequest,
@@ -49,6 +53,7 @@ impl Target {
         Target::CsiFields,
         Target::DpuChannel,
         Target::FuseRequest,
+        Target::MgmtRequest,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +65,7 @@ impl Target {
             Target::CsiFields => "csi_fields",
             Target::DpuChannel => "dpu_channel",
             Target::FuseRequest => "fuse_request",
+            Target::MgmtRequest => "mgmt_request",
         }
     }
 
@@ -80,6 +86,7 @@ impl Target {
             Target::Handshake => State::Handshake(fabric::HandshakeKeys::new()),
             Target::DfsRequest => State::Dfs(Box::new(dfs::DfsHarness::new())),
             Target::FuseRequest => State::Fuse(Box::new(fuse::FuseHarness::new())),
+            Target::MgmtRequest => State::Mgmt(Box::new(mgmt::MgmtHarness::new())),
             _ => State::None,
         };
         Harness {
@@ -100,6 +107,7 @@ enum State {
     Handshake(fabric::HandshakeKeys),
     Dfs(Box<dfs::DfsHarness>),
     Fuse(Box<fuse::FuseHarness>),
+    Mgmt(Box<mgmt::MgmtHarness>),
 }
 
 impl Harness {
@@ -111,6 +119,7 @@ impl Harness {
             (State::Handshake(keys), _) => fabric::handshake(keys, data),
             (State::Dfs(h), _) => h.run(data),
             (State::Fuse(h), _) => h.run(data),
+            (State::Mgmt(h), _) => h.run(data),
             (_, Target::FabricWire) => fabric::wire(data),
             (_, Target::NodeProtocols) => node::run(data),
             (_, Target::CsiFields) => csi::run(data),
@@ -133,5 +142,6 @@ pub fn seeds() -> Vec<(Target, &'static str, Vec<u8>)> {
     add(Target::CsiFields, csi::seeds());
     add(Target::DpuChannel, dpu::seeds());
     add(Target::FuseRequest, fuse::seeds());
+    add(Target::MgmtRequest, mgmt::seeds());
     all
 }
