@@ -14,7 +14,8 @@
 //! 1.20) and against the admitted load alone (what being over the cap adds), medians over
 //! rounds. A control row runs the first aggressor without any cap.
 //!
-//! `cargo bench --profile dev -p dpufs-csi --bench tenant_isolation` (as root, for the mounts);
+//! `cargo bench -p dpufs-csi --bench tenant_isolation` (as root, for the mounts; the release build,
+//! which the figures are of: the debug build's copies cost enough CPU to move the victim);
 //! `TENANT_ROUNDS` (default 3) and `TENANT_SECS` (seconds per run, default 10).
 
 #[path = "../tests/common/mod.rs"]

@@ -3,7 +3,8 @@
 //! keeper, node plugin, workers and software fabric device. Both nodes mount one multi-writer
 //! volume and write to it the whole time, as applications would: small files, each fsync'd,
 //! and fio writing and verifying. Then, one at a time: `kill -9` of a worker, the keeper, the
-//! node plugin and the engine; node 0's link cut for 1 s and for 30 s; the pool filled.
+//! node plugin and the engine; node 0's link cut for 1 s and for 30 s; node 0 losing 10 % of
+//! its packets, and its packets delayed 50 ms each way; the pool filled.
 //!
 //! After each fault the test waits until both nodes write again (a mount that stays dead fails
 //! it) and checks, through the *other* node's mount, every file either node acknowledged
@@ -47,6 +48,8 @@ enum Fault {
     CutLink(usize, Duration),
     /// Node `n` loses a share (%) of its packets each way for a while.
     LosePackets(usize, u32, Duration),
+    /// Node `n`'s packets are delayed each way by the first duration for the second.
+    DelayLink(usize, Duration, Duration),
     FillPool,
 }
 
@@ -62,6 +65,11 @@ impl Fault {
             Fault::LosePackets(n, p, d) => {
                 format!("node {n} loses {p} % of its packets for {} s", d.as_secs())
             }
+            Fault::DelayLink(n, delay, held) => format!(
+                "node {n}'s packets delayed {} ms each way for {} s",
+                delay.as_millis(),
+                held.as_secs()
+            ),
             Fault::FillPool => "the pool filled from node 1, then emptied".into(),
         }
     }
@@ -115,6 +123,7 @@ async fn faults_across_nodes_lose_no_acknowledged_byte_and_leave_no_dead_mount()
         Fault::CutLink(0, Duration::from_secs(1)),
         Fault::CutLink(0, Duration::from_secs(30)),
         Fault::LosePackets(0, 10, Duration::from_secs(10)),
+        Fault::DelayLink(0, Duration::from_millis(50), Duration::from_secs(10)),
         Fault::FillPool,
     ];
     let mut table = Vec::new();
@@ -146,13 +155,20 @@ async fn faults_across_nodes_lose_no_acknowledged_byte_and_leave_no_dead_mount()
 }
 
 /// That the fault happened: a cut link stalls its node for about as long as the cut (a file
-/// in flight waits it out), and a full pool fails the shared volume's writes on every node
-/// (the filler's own quota was not what stopped it).
+/// in flight waits it out), a delayed link makes its node's files take round trips of the
+/// delay, and a full pool fails the shared volume's writes on every node (the filler's own
+/// quota was not what stopped it).
 fn assert_fault_was_felt(fault: Fault, node: usize, r: &Row, summary: &str) {
     match fault {
         Fault::CutLink(n, held) if n == node => assert!(
             r.seen.longest() >= held.mul_f64(0.8),
             "node {n}'s longest file took {:?} with its link cut for {held:?}:\n{summary}",
+            r.seen.longest()
+        ),
+        // A file is at least a create, a write and an fsync: three round trips.
+        Fault::DelayLink(n, delay, _) if n == node => assert!(
+            r.seen.longest() >= delay * 2 * 3,
+            "node {n}'s longest file took {:?} with its packets delayed {delay:?} each way:\n{summary}",
             r.seen.longest()
         ),
         Fault::FillPool => assert!(
@@ -173,7 +189,7 @@ fn sees_no_error(fault: Fault, node: usize) -> bool {
     let call_timeout = dpufs_fabric::session::SessionConfig::default().call_timeout;
     match fault {
         Fault::None | Fault::KillKeeper(_) | Fault::KillNodePlugin(_) => true,
-        Fault::LosePackets(..) => true,
+        Fault::LosePackets(..) | Fault::DelayLink(..) => true,
         Fault::KillWorker(n) => node != n,
         Fault::CutLink(n, held) => node != n || held < call_timeout,
         Fault::KillEngine | Fault::FillPool => false,
@@ -356,6 +372,12 @@ async fn inject(cluster: &mut Cluster, shared: &str, filler: &Path, fault: Fault
             tokio::time::sleep(held).await;
             let dropped = cluster.net.stop_losing(n);
             assert!(dropped > 0, "node {n} lost no packet");
+        }
+        Fault::DelayLink(n, delay, held) => {
+            let line = cluster.net.delay(n, delay);
+            tokio::time::sleep(held).await;
+            let delayed = cluster.net.stop_delaying(n, line);
+            assert!(delayed > 0, "node {n}'s line delayed no packet");
         }
         Fault::FillPool => {
             let dir = filler.to_path_buf();

@@ -2,6 +2,7 @@
 //! client nodes, each a namespace of its own with its mount keeper, node plugin and workers,
 //! linked to the storage namespace by a veth pair that the test cuts and restores.
 
+pub mod delay;
 pub mod load;
 
 use dpufs_e2e::EngineNetwork;
@@ -11,6 +12,7 @@ use dpufs_e2e::volume::EngineVolume;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
 /// The namespaces, and the storage side of each node's link.
 #[derive(Debug)]
@@ -107,6 +109,29 @@ impl Topology {
                 .map(|s| assert!(s.success(), "iptables in node {i}: {s}"))
                 .expect("run iptables");
         }
+    }
+
+    /// Delays every packet node `i` sends or receives (but on its loopback) by `delay`, in
+    /// order: a [`delay::DelayLine`] behind iptables' NFQUEUE (this kernel has no `netem`).
+    pub fn delay(&self, i: usize, delay: Duration) -> delay::DelayLine {
+        let queue = 100 + u16::try_from(i).expect("a few nodes");
+        let line = delay::DelayLine::start(&self.nodes[i], queue, delay);
+        let queue = queue.to_string();
+        for (chain, side) in [("INPUT", "-i"), ("OUTPUT", "-o")] {
+            self.iptables(i, &["-A", chain, "!", side, "lo", "-j", "NFQUEUE"])
+                .args(["--queue-num", &queue, "--queue-bypass"])
+                .status()
+                .map(|s| assert!(s.success(), "iptables in node {i}: {s}"))
+                .expect("run iptables");
+        }
+        line
+    }
+
+    /// Node `i`'s packets go straight again; the packets `line` delayed.
+    pub fn stop_delaying(&self, i: usize, line: delay::DelayLine) -> u64 {
+        let status = self.iptables(i, &["-F"]).status().expect("run iptables");
+        assert!(status.success(), "iptables -F in node {i}: {status}");
+        line.stop()
     }
 
     /// Node `i` loses nothing any more; the packets its rules dropped.
