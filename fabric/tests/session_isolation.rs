@@ -654,6 +654,53 @@ fn duplicate_replies_from_a_broken_server_cost_the_client_no_receive_slot() {
     );
 }
 
+/// A connection whose requests all wait (here at the handler's gate; on a slow link, on their
+/// RMA and replies) holds all of the server's workers but one: another tenant's calls are
+/// served meanwhile, and the waiting requests run once the first ones end.
+#[test]
+fn a_connection_whose_requests_all_wait_leaves_a_worker_to_the_others() {
+    let world = World::new();
+    let workers = ServerConfig::default().workers;
+    let calls = workers + 2;
+    let slow_session = world.attacker(SessionConfig {
+        depth: 8,
+        ..attacker_config()
+    });
+    let slow = slow_session
+        .connect(world.addr(), world.cap("mallory"))
+        .unwrap();
+    let other_session = world.attacker(attacker_config());
+    let other = other_session
+        .connect(world.addr(), world.cap("trent"))
+        .unwrap();
+    let ended = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..calls {
+            s.spawn(|| {
+                let _ = slow.call(&KvStore::hold("k"), Bulk::None);
+                ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        for i in 1..workers {
+            let arrived = world.store.wait_arrival(WAIT);
+            assert!(arrived.is_some(), "held request {i} reached no worker");
+        }
+        let more = world.store.wait_arrival(Duration::from_millis(300));
+        assert!(
+            more.is_none(),
+            "mallory's requests hold all {workers} workers: {more:?}"
+        );
+        let served = other.call(&KvStore::put("t"), Bulk::ToServer(&[1; 4096]));
+        assert_eq!(served.unwrap().message, b"ok", "trent served beside them");
+        // The gate lets through what waits at it; the rest arrive and are let through after.
+        while ended.load(std::sync::atomic::Ordering::SeqCst) < calls {
+            world.store.release();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    assert_eq!(world.store.handled("mallory"), calls as u64);
+}
+
 #[test]
 fn a_capability_captured_on_the_wire_cannot_be_presented_by_anyone_else() {
     let world = World::new();

@@ -180,6 +180,7 @@ fn setup<D: RdmaDevice>(
         dead: AtomicBool::new(false),
         outstanding: AtomicU32::new(0),
         answering: (0..depth).map(|_| AtomicBool::new(false)).collect(),
+        share: Default::default(),
         releaser: BounceReleaser {
             states: shared.bounce_state.clone(),
             conn: id,

@@ -70,6 +70,8 @@ pub(crate) struct ServerConn<D: RdmaDevice> {
     /// reply arrived; a second request on a busy tag is a protocol error that kills the
     /// connection (two workers would write one reply slot at once).
     pub answering: Vec<AtomicBool>,
+    /// This connection's share of the workers (see [`ServerShared::claim`]).
+    pub share: Mutex<Share<D>>,
     /// Last, so it runs after the QP is destroyed (used only for its `Drop`).
     #[allow(dead_code)]
     pub releaser: BounceReleaser<D::Mr>,
@@ -93,6 +95,31 @@ impl<D: RdmaDevice> ServerConn<D> {
                 len: CONTROL_SLOT,
             }),
         })
+    }
+}
+
+/// The jobs of one connection that hold a worker or a place in the queue, and those waiting
+/// for one of them to end.
+pub(crate) struct Share<D: RdmaDevice> {
+    claimed: usize,
+    waiting: std::collections::VecDeque<Job<D>>,
+}
+
+impl<D: RdmaDevice> std::fmt::Debug for Share<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Share")
+            .field("claimed", &self.claimed)
+            .field("waiting", &self.waiting.len())
+            .finish()
+    }
+}
+
+impl<D: RdmaDevice> Default for Share<D> {
+    fn default() -> Self {
+        Share {
+            claimed: 0,
+            waiting: std::collections::VecDeque::new(),
+        }
     }
 }
 
@@ -288,6 +315,38 @@ impl<D: RdmaDevice> ServerShared<D> {
         self.queue(conn, header, body, refusal, own);
     }
 
+    /// The most workers one connection's jobs may hold (or be queued for) at once: all but
+    /// one. A worker answering a request waits on its connection's link (its RMA, its reply);
+    /// a client behind a slow link would otherwise hold every worker, and every other client
+    /// would wait behind it (docs/fabric.md, "A worker for the others").
+    fn share_cap(&self) -> usize {
+        self.config.workers.saturating_sub(1).max(1)
+    }
+
+    /// Takes one of `job`'s connection's claims on the workers and gives the job back, or, the
+    /// connection having its share, keeps it until one of its claims ends.
+    pub fn claim(&self, job: Job<D>) -> Option<Job<D>> {
+        let conn = job.conn.clone();
+        let mut share = lock(&conn.share);
+        if share.claimed < self.share_cap() && share.waiting.is_empty() {
+            share.claimed += 1;
+            return Some(job);
+        }
+        share.waiting.push_back(job);
+        None
+    }
+
+    /// One of `conn`'s jobs ended: its claim passes to the connection's next waiting job, which
+    /// is returned to be run, or is given back.
+    pub fn release(&self, conn: &ServerConn<D>) -> Option<Job<D>> {
+        let mut share = lock(&conn.share);
+        let next = share.waiting.pop_front();
+        if next.is_none() {
+            share.claimed -= 1;
+        }
+        next
+    }
+
     /// Hands a request (or its refusal, which must not be posted from the poller) to a worker:
     /// the polling one if it has none yet, else the queue, waking an idle worker.
     fn queue(
@@ -304,6 +363,9 @@ impl<D: RdmaDevice> ServerShared<D> {
             body,
             refusal,
         };
+        let Some(job) = self.claim(job) else {
+            return;
+        };
         let job = match own {
             Some(slot) if slot.borrow().is_none() => {
                 *slot.borrow_mut() = Some(job);
@@ -311,6 +373,11 @@ impl<D: RdmaDevice> ServerShared<D> {
             }
             _ => job,
         };
+        self.enqueue(job);
+    }
+
+    /// Puts a claimed job in the queue, waking an idle worker.
+    pub fn enqueue(&self, job: Job<D>) {
         let mut jobs = lock(&self.jobs);
         jobs.queue.push_back(job);
         self.queued.fetch_add(1, Ordering::AcqRel);

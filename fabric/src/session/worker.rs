@@ -287,6 +287,25 @@ impl<D: RdmaDevice> BulkOps for ServerBulk<'_, D> {
 }
 
 /// Runs one request and posts its reply.
+/// Runs a job that holds one of its connection's claims on the workers, then passes the claim
+/// on: the connection's next waiting job is this worker's next one.
+fn run_claimed<D: RdmaDevice>(
+    shared: &ServerShared<D>,
+    job: Job<D>,
+    reply: &mut Vec<u8>,
+    own: &OwnJob<D>,
+) {
+    let conn = job.conn.clone();
+    run(shared, job, reply);
+    if let Some(next) = shared.release(&conn) {
+        let mut slot = own.borrow_mut();
+        match slot.as_ref() {
+            None => *slot = Some(next),
+            Some(_) => shared.enqueue(next),
+        }
+    }
+}
+
 fn run<D: RdmaDevice>(shared: &ServerShared<D>, job: Job<D>, reply: &mut Vec<u8>) {
     let Job {
         conn,
@@ -374,8 +393,9 @@ pub(crate) fn worker_loop<D: RdmaDevice>(shared: &ServerShared<D>) {
     let mut reply = Vec::with_capacity(4096);
     let own: OwnJob<D> = std::cell::RefCell::new(None);
     while !shared.shutdown.load(Ordering::Acquire) {
-        if let Some(job) = own.borrow_mut().take() {
-            run(shared, job, &mut reply);
+        let job = own.borrow_mut().take();
+        if let Some(job) = job {
+            run_claimed(shared, job, &mut reply, &own);
             continue;
         }
         let job = {
@@ -389,7 +409,7 @@ pub(crate) fn worker_loop<D: RdmaDevice>(shared: &ServerShared<D>) {
             job
         };
         if let Some(job) = job {
-            run(shared, job, &mut reply);
+            run_claimed(shared, job, &mut reply, &own);
             continue;
         }
         let done = || {
