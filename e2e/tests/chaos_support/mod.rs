@@ -103,11 +103,9 @@ impl Topology {
     pub fn lose(&self, i: usize, percent: u32) {
         let p = format!("{:.2}", f64::from(percent) / 100.0);
         for chain in ["INPUT", "OUTPUT"] {
-            self.iptables(i, &["-A", chain, "-m", "statistic", "--mode", "random"])
-                .args(["--probability", &p, "-j", "DROP"])
-                .status()
-                .map(|s| assert!(s.success(), "iptables in node {i}: {s}"))
-                .expect("run iptables");
+            let rule = ["-A", chain, "-m", "statistic", "--mode", "random"];
+            let target = ["--probability", &p, "-j", "DROP"];
+            self.run_iptables(i, &[&rule[..], &target[..]].concat());
         }
     }
 
@@ -118,19 +116,16 @@ impl Topology {
         let line = delay::DelayLine::start(&self.nodes[i], queue, delay);
         let queue = queue.to_string();
         for (chain, side) in [("INPUT", "-i"), ("OUTPUT", "-o")] {
-            self.iptables(i, &["-A", chain, "!", side, "lo", "-j", "NFQUEUE"])
-                .args(["--queue-num", &queue, "--queue-bypass"])
-                .status()
-                .map(|s| assert!(s.success(), "iptables in node {i}: {s}"))
-                .expect("run iptables");
+            let rule = ["-A", chain, "!", side, "lo"];
+            let target = ["-j", "NFQUEUE", "--queue-num", &queue, "--queue-bypass"];
+            self.run_iptables(i, &[&rule[..], &target[..]].concat());
         }
         line
     }
 
     /// Node `i`'s packets go straight again; the packets `line` delayed.
     pub fn stop_delaying(&self, i: usize, line: delay::DelayLine) -> u64 {
-        let status = self.iptables(i, &["-F"]).status().expect("run iptables");
-        assert!(status.success(), "iptables -F in node {i}: {status}");
+        self.run_iptables(i, &["-F"]);
         line.stop()
     }
 
@@ -146,9 +141,14 @@ impl Topology {
             .filter(|l| l.contains("DROP") && !l.starts_with("Chain"))
             .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
             .sum();
-        let status = self.iptables(i, &["-F"]).status().expect("run iptables");
-        assert!(status.success(), "iptables -F in node {i}: {status}");
+        self.run_iptables(i, &["-F"]);
         dropped
+    }
+
+    /// Runs iptables in node `i`'s namespace; it must succeed.
+    fn run_iptables(&self, i: usize, args: &[&str]) {
+        let status = self.iptables(i, args).status().expect("run iptables");
+        assert!(status.success(), "iptables {args:?} in node {i}: {status}");
     }
 
     fn iptables(&self, i: usize, args: &[&str]) -> Command {

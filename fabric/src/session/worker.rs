@@ -286,7 +286,6 @@ impl<D: RdmaDevice> BulkOps for ServerBulk<'_, D> {
     }
 }
 
-/// Runs one request and posts its reply.
 /// Runs a job that holds one of its connection's claims on the workers, then passes the claim
 /// on: the connection's next waiting job is this worker's next one.
 fn run_claimed<D: RdmaDevice>(
@@ -306,6 +305,7 @@ fn run_claimed<D: RdmaDevice>(
     }
 }
 
+/// Runs one request and posts its reply.
 fn run<D: RdmaDevice>(shared: &ServerShared<D>, job: Job<D>, reply: &mut Vec<u8>) {
     let Job {
         conn,

@@ -91,7 +91,7 @@ impl std::fmt::Debug for Stager {
 }
 
 /// A stage decided but not written yet ([`Stager::plan`]).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Planned {
     /// The record to write: whose volume it is (from its container) and where it is served.
     pub volume: StagedVolume,
@@ -100,7 +100,7 @@ pub struct Planned {
     served_by: ServedBy,
     new: bool,
     /// A new volume's place under `max_volumes`, held until the record is written.
-    reservation: Option<Arc<Reservation>>,
+    reservation: Option<Reservation>,
 }
 
 /// What the volume's worker serves it from.
@@ -309,7 +309,7 @@ impl Stager {
             None => {
                 let reservation = self.reserve(id)?;
                 let (v, limits) = self.resolve(&clients, id, at, read_only).await?;
-                (v, limits, Some(Arc::new(reservation)))
+                (v, limits, Some(reservation))
             }
         };
         let served_by = match clients.volumes {
