@@ -112,9 +112,11 @@ fn devices_are_hot_plugged_into_free_ports_and_unplugged_once_the_guest_lets_go(
     qmp.attach(&a)
         .expect("attaching what is attached changes nothing");
     // One root port, taken.
+    let second = qmp.attach(&b);
     assert!(
-        matches!(qmp.attach(&b), Err(AttachError::NoFreePort)),
-        "the only port is a's"
+        matches!(second, Err(AttachError::NoFreePort)),
+        "the only port is a's: {second:?}\n{}",
+        guest.report()
     );
     guest
         .wait_for_result("a", Duration::from_secs(120))

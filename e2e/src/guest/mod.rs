@@ -358,7 +358,7 @@ impl Guest {
     }
 
     /// The tails of the console log and of QEMU's own output, and the script's output.
-    fn report(&self) -> String {
+    pub fn report(&self) -> String {
         format!(
             "--- console log (last {LOG_TAIL_LINES} lines)\n{}\n--- QEMU\n{}\n--- script output\n{}",
             tail(&self.console(), LOG_TAIL_LINES),

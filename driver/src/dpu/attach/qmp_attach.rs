@@ -9,12 +9,11 @@
 //! release the device), then `chardev-remove`.
 //!
 //! What is plugged is read from QEMU each time (`qom-list /machine/peripheral`,
-//! `query-chardev`, `query-pci`), never remembered: a restarted agent, or a call repeated after
+//! `query-chardev`), never remembered: a restarted agent, or a call repeated after
 //! a failure half-way, finds the state as it is.
 
 use super::qmp::{
-    Chardev, ChardevBackend, Command, DeviceAdd, PciBus, PciDevice, QmpClient, QomProperty,
-    SocketAddress,
+    Chardev, ChardevBackend, Command, DeviceAdd, QmpClient, QomProperty, SocketAddress,
 };
 use super::{Attach, AttachError, DeviceSpec};
 use dpufs_proto::dpu::v1::DeviceTransport;
@@ -40,7 +39,7 @@ pub struct QmpAttach {
     /// Held for each attach and detach, so the agent's calls on different volumes take the
     /// monitor one at a time: QEMU's monitor socket serves one client at a time (a second
     /// connection gets no greeting until the first closes, and a detach may wait 30 s), and two
-    /// attaches reading `query-pci` at once would pick the same free port.
+    /// attaches reading the ports at once would pick the same free port.
     monitor: Mutex<()>,
 }
 
@@ -113,23 +112,33 @@ fn wait_connected(
     }
 }
 
-/// The free port with the lowest number: a `dpufs-port-N` bridge with nothing behind it.
+/// The free port with the lowest number: a `dpufs-port-N` root port whose bus holds no
+/// device. Read from QOM, where a bus links each device plugged into it (`child[N]`) from the
+/// `device_add` on. (`query-pci` lists what sits behind a root port only once the guest's
+/// firmware has numbered the port's bus: early in a boot every port looked free, and a second
+/// attach picked a taken one.)
 fn free_port(q: &mut QmpClient) -> Result<String, AttachError> {
-    let buses: Vec<PciBus> = q.execute(&Command::QueryPci)?;
-    let mut free: Vec<(u32, String)> = buses
+    let peripherals: Vec<QomProperty> = q.execute(&Command::QomList {
+        path: "/machine/peripheral",
+    })?;
+    let mut ports: Vec<(u32, &str)> = peripherals
         .iter()
-        .flat_map(|b| b.devices.iter())
-        .filter_map(|d: &PciDevice| {
-            let n = d.qdev_id.strip_prefix(PORT_PREFIX)?.parse::<u32>().ok()?;
-            let empty = d.pci_bridge.as_ref()?.devices.is_empty();
-            empty.then(|| (n, d.qdev_id.clone()))
+        .filter_map(|p| {
+            let n = p.name.strip_prefix(PORT_PREFIX)?.parse::<u32>().ok()?;
+            Some((n, p.name.as_str()))
         })
         .collect();
-    free.sort();
-    free.into_iter()
-        .next()
-        .map(|(_, id)| id)
-        .ok_or(AttachError::NoFreePort)
+    ports.sort();
+    for (_, port) in ports {
+        // A root port's bus is its child named as the port.
+        let bus: Vec<QomProperty> = q.execute(&Command::QomList {
+            path: &format!("/machine/peripheral/{port}/{port}"),
+        })?;
+        if !bus.iter().any(|p| p.name.starts_with("child[")) {
+            return Ok(port.to_string());
+        }
+    }
+    Err(AttachError::NoFreePort)
 }
 
 impl Attach for QmpAttach {
@@ -233,17 +242,13 @@ mod tests {
         let args = &command["arguments"];
         let ok = json!({"return": {}});
         match command["execute"].as_str().unwrap() {
-            "qom-list" => json!({"return": m.ports.values().flatten()
-                .map(|d| json!({"name": d, "type": "child<vhost-user-fs-pci>"})).collect::<Vec<_>>()}),
+            "qom-list" => json!({"return": qom_list(&m, args["path"].as_str().unwrap())}),
             "query-chardev" => json!({"return": m.chardevs.iter()
                 .map(|c| json!({"label": c, "filename": "unix:/s"})).collect::<Vec<_>>()}),
             "chardev-add" => {
                 m.chardevs.push(args["id"].as_str().unwrap().to_string());
                 ok
             }
-            "query-pci" => json!({"return": [{"bus": 0, "devices": m.ports.iter().map(|(port, dev)|
-                json!({"qdev_id": port, "pci_bridge": {"devices":
-                    dev.iter().map(|d| json!({"qdev_id": d})).collect::<Vec<_>>()}})).collect::<Vec<_>>()}]}),
             "device_add" => {
                 let port = m.ports.get_mut(args["bus"].as_str().unwrap()).unwrap();
                 if port.is_some() {
@@ -256,13 +261,36 @@ mod tests {
         }
     }
 
-    /// A monitor that takes every connection at once (as QEMU started with several `-qmp`),
-    /// on `socket`, for `connections` connections.
-    fn fake_monitor(socket: &std::path::Path, connections: usize) -> Arc<Mutex<Machine>> {
+    /// `qom-list` of `/machine/peripheral` (the root ports and the devices in them) or of a
+    /// root port's bus (a link per device plugged into it), as QEMU answers.
+    fn qom_list(m: &Machine, path: &str) -> Vec<Value> {
+        if path == "/machine/peripheral" {
+            let ports = m.ports.keys().map(|p| (p, "pcie-root-port"));
+            let devices = m.ports.values().flatten().map(|d| (d, "vhost-user-fs-pci"));
+            return ports
+                .chain(devices)
+                .map(|(name, kind)| json!({"name": name, "type": format!("child<{kind}>")}))
+                .collect();
+        }
+        let port = path.rsplit('/').next().unwrap();
+        let mut bus = vec![json!({"name": "type", "type": "string"})];
+        if let Some(Some(_)) = m.ports.get(port) {
+            bus.push(json!({"name": "child[0]", "type": "link<vhost-user-fs-pci>"}));
+        }
+        bus
+    }
+
+    /// A monitor with `ports` empty root ports that takes every connection at once (as QEMU
+    /// started with several `-qmp`), on `socket`, for `connections` connections.
+    fn fake_monitor(
+        socket: &std::path::Path,
+        connections: usize,
+        ports: usize,
+    ) -> Arc<Mutex<Machine>> {
         let machine = Arc::new(Mutex::new(Machine {
-            ports: [("dpufs-port-0", None), ("dpufs-port-1", None)]
-                .map(|(p, d)| (p.to_string(), d))
-                .into(),
+            ports: (0..ports)
+                .map(|i| (format!("{PORT_PREFIX}{i}"), None))
+                .collect(),
             ..Machine::default()
         }));
         let listener = UnixListener::bind(socket).unwrap();
@@ -295,7 +323,7 @@ mod tests {
     fn the_agents_calls_take_the_monitor_one_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("qmp.sock");
-        let machine = fake_monitor(&socket, 2);
+        let machine = fake_monitor(&socket, 2, 2);
         let attach = Arc::new(QmpAttach::new(socket));
         let calls: Vec<_> = ["dpufs-000000000000a", "dpufs-000000000000b"]
             .into_iter()
@@ -325,5 +353,25 @@ mod tests {
         );
         let plugged: Vec<_> = m.ports.values().flatten().cloned().collect();
         assert_eq!(plugged.len(), 2, "{:?}", m.ports);
+    }
+
+    #[test]
+    fn a_port_with_a_device_is_taken_however_far_the_guest_has_booted() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("qmp.sock");
+        let machine = fake_monitor(&socket, 3, 1);
+        let attach = QmpAttach::new(socket);
+        let device = |tag: &str| DeviceSpec {
+            tag: tag.to_string(),
+            socket: dir.path().join(format!("{tag}.sock")),
+        };
+        attach.attach(&device("dpufs-000000000000a")).unwrap();
+        let second = attach.attach(&device("dpufs-000000000000b"));
+        assert!(
+            matches!(second, Err(AttachError::NoFreePort)),
+            "the only port is taken: {second:?}"
+        );
+        let m = machine.lock().unwrap();
+        assert_eq!(m.ports.values().flatten().count(), 1, "{:?}", m.ports);
     }
 }
