@@ -6,13 +6,13 @@
 mod common;
 
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use dpufs_fabric::conformance::{Env, Link, Peer, PeerMr};
+use dpufs_fabric::conformance::{Env, Link, Peer, PeerMr, PeerWr};
 use dpufs_fabric::soft::{DeviceOptions, SoftDevice, SoftMr};
 use dpufs_fabric::{
-    Access, CompletionQueue, MemoryRegion, QueuePair, RdmaDevice, RemoteAddr, SendOp, SendWr, Sge,
-    WcStatus,
+    Access, CompletionQueue, MemoryRegion, MemoryWindow, QueuePair, RdmaDevice, RemoteAddr, SendOp,
+    SendWr, Sge, WcStatus, inc_rkey,
 };
 
 const MIB: usize = 1 << 20;
@@ -27,14 +27,21 @@ struct Linked {
     bufs: [SoftMr; 2],
 }
 
-/// This process on device "node1"; the peer's engine context on `peer_device`.
-fn link(peer_device: &str) -> Linked {
+/// This process on device "node1" (its directory), the peer's engine context on
+/// `peer_device`.
+fn env(peer_device: &str) -> (tempfile::TempDir, Env<SoftDevice>) {
     let dir = common::device_dir("dpufs-fabric-same");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-peer"));
     cmd.arg(dir.path());
     let peer = Peer::spawn(cmd).expect("spawn peer");
     let dev = SoftDevice::open(&DeviceOptions::new("node1").in_dir(dir.path())).expect("open");
     let env = Env::new(dev, "node1", peer, peer_device).expect("engine in the peer");
+    (dir, env)
+}
+
+/// [`env`] with a link and buffers.
+fn link(peer_device: &str) -> Linked {
+    let (dir, env) = env(peer_device);
     let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let remote = env
         .peer
@@ -193,4 +200,71 @@ fn unsignaled_writes_retire_on_the_same_device() {
 #[test]
 fn unsignaled_writes_retire_over_tcp() {
     unsignaled_writes_retire("node2");
+}
+
+/// The peer RDMA-WRITEs 64 MiB into a window of ours, and we post LOCAL_INV of the window once
+/// the first bytes have landed. The WRITE passed the window's checks, so it lands whole, and the
+/// invalidation must complete only after it has: a NIC's invalidation fences the DMA already
+/// under way, and memory taken back at the completion must not be written by a late payload.
+/// (Before the fix, the LOCAL_INV completed at once while the payload went on landing.)
+fn an_invalidation_waits_for_the_write_in_progress(peer_device: &str) {
+    const LEN: usize = 64 * MIB;
+    let (_dir, env) = env(peer_device);
+    let source = env
+        .peer
+        .reg_mr(
+            env.engine.dev,
+            env.engine.pd,
+            LEN,
+            Access::LOCAL_WRITE,
+            0x5a,
+        )
+        .expect("peer mr");
+    let pd = env.dev.alloc_pd().expect("pd");
+    let mr = env
+        .mr(&pd, LEN, Access::LOCAL_WRITE | Access::MW_BIND)
+        .expect("mr");
+    let link = env.link(&pd, Access::REMOTE_WRITE).expect("link");
+    let mw = env.dev.alloc_mw(&pd).expect("mw");
+    let rkey = inc_rkey(mw.rkey());
+    let bound = env.bind(&link, &mw, &mr, rkey, 0, LEN as u64, Access::REMOTE_WRITE);
+    assert_eq!(bound.expect("bind"), WcStatus::Success);
+    let write = PeerWr::Write {
+        mr: source.id,
+        offset: 0,
+        len: LEN,
+        remote: env.window_at(&mw, &mr, 0),
+    };
+    env.peer
+        .post(link.peer_qp, 1, write)
+        .expect("post the WRITE");
+    let byte = |offset: usize| {
+        let mut b = [0u8];
+        // SAFETY: plain bytes of our own MR; the peer may be writing them (a torn read is fine).
+        unsafe { mr.read_at(offset, &mut b) }.unwrap();
+        b[0]
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while byte(0) != 0x5a {
+        assert!(Instant::now() < deadline, "the WRITE never began to land");
+        std::hint::spin_loop();
+    }
+    let invalidated = env.local_inv(&link, rkey).expect("LOCAL_INV");
+    let last = byte(LEN - 1);
+    assert_eq!(invalidated, WcStatus::Success);
+    assert_eq!(
+        last, 0x5a,
+        "LOCAL_INV completed while the peer's WRITE was still landing in the window"
+    );
+    assert_eq!(env.peer_status(link.peer_qp).unwrap(), WcStatus::Success);
+}
+
+#[test]
+fn an_invalidation_waits_for_a_same_device_write_in_progress() {
+    an_invalidation_waits_for_the_write_in_progress("node1");
+}
+
+#[test]
+fn an_invalidation_waits_for_a_write_in_progress_over_tcp() {
+    an_invalidation_waits_for_the_write_in_progress("node2");
 }

@@ -92,6 +92,47 @@ struct Pending {
     status: Option<WcStatus>,
     /// Where a READ response lands.
     read_into: Option<Arc<LocalSeg>>,
+    /// A LOCAL_INV waiting for the peer's access to its window to end
+    /// ([`QpShared::finish_invalidation`]).
+    after_access: bool,
+}
+
+impl Pending {
+    /// Local work (bind, invalidate, a request refused before the wire).
+    fn local(wr_id: u64, opcode: WcOpcode, signaled: bool, status: Option<WcStatus>) -> Pending {
+        Pending {
+            wr_id,
+            opcode,
+            signaled,
+            psn: None,
+            byte_len: 0,
+            status,
+            read_into: None,
+            after_access: false,
+        }
+    }
+}
+
+/// The key a peer's READ or WRITE names while the responder checks it and moves its payload.
+/// A LOCAL_INV of that key completes only once the access is over, as a NIC's invalidation
+/// fences the DMA already under way: after the completion the owner reuses the memory, and a
+/// payload still landing would write into its next use.
+#[derive(Debug, Default)]
+struct WindowAccess {
+    key: Option<u32>,
+    /// A LOCAL_INV of `key` was posted meanwhile; its completion waits in the send queue.
+    invalidation_waits: bool,
+}
+
+/// A peer's access in progress ([`QpShared::begin_access`]); it ends when this drops.
+pub(crate) struct AccessGuard<'a> {
+    qp: &'a QpShared,
+}
+
+impl Drop for AccessGuard<'_> {
+    fn drop(&mut self) {
+        self.qp.end_access();
+    }
 }
 
 #[derive(Debug, Default)]
@@ -178,6 +219,8 @@ pub(crate) struct QpShared {
     /// The responder's state, for whoever serves the peer's requests: the responder thread, or
     /// a caller waiting on the receive CQ (see [`super::responder`]).
     serving: Mutex<Option<Serving>>,
+    /// The peer's access in progress. Below `sq` in the lock order.
+    window_access: Mutex<WindowAccess>,
     /// Waiters currently driving this QP (see [`Progress`]); its threads step aside meanwhile.
     pub driven: AtomicUsize,
     /// When the last waiter stopped driving ([`since_start`] nanoseconds).
@@ -251,6 +294,7 @@ impl SoftQp {
             channels: Mutex::default(),
             reader: Mutex::default(),
             serving: Mutex::default(),
+            window_access: Mutex::default(),
             driven: AtomicUsize::new(0),
             last_driven: AtomicU64::new(0),
             responder_call: AtomicBool::new(false),
@@ -444,19 +488,61 @@ impl QpShared {
         signaled: bool,
         status: WcStatus,
     ) {
-        sq.entries.push_back(Pending {
-            wr_id,
-            opcode,
-            signaled,
-            psn: None,
-            byte_len: 0,
-            status: Some(status),
-            read_into: None,
-        });
+        sq.entries
+            .push_back(Pending::local(wr_id, opcode, signaled, Some(status)));
         self.complete_front(&mut sq);
         drop(sq);
         if status != WcStatus::Success {
             self.enter_error(Cause::WorkRequest);
+        }
+    }
+
+    /// Queues a LOCAL_INV of `rkey` that the table has carried out: it completes now, or, if
+    /// the responder is moving a payload through that window, once that access ends.
+    fn finish_invalidation(
+        &self,
+        mut sq: MutexGuard<'_, SendQueue>,
+        wr_id: u64,
+        signaled: bool,
+        rkey: u32,
+    ) {
+        let waits = {
+            let mut access = lock(&self.window_access);
+            let waits = access.key == Some(rkey);
+            access.invalidation_waits |= waits;
+            waits
+        };
+        let status = (!waits).then_some(WcStatus::Success);
+        sq.entries.push_back(Pending {
+            after_access: waits,
+            ..Pending::local(wr_id, WcOpcode::LocalInv, signaled, status)
+        });
+        self.complete_front(&mut sq);
+    }
+
+    /// The responder takes a peer's READ or WRITE naming `key`, before its checks read the
+    /// key's object: an invalidation the checks did not see then finds the access and waits
+    /// for it (both sides take `window_access`).
+    pub fn begin_access(&self, key: u32) -> AccessGuard<'_> {
+        lock(&self.window_access).key = Some(key);
+        AccessGuard { qp: self }
+    }
+
+    /// The access is over: complete the invalidation that waited for it, if any.
+    fn end_access(&self) {
+        let waited = {
+            let mut access = lock(&self.window_access);
+            access.key = None;
+            std::mem::take(&mut access.invalidation_waits)
+        };
+        if waited {
+            let mut sq = lock(&self.sq);
+            for e in sq.entries.iter_mut() {
+                if e.after_access && e.status.is_none() {
+                    e.status = Some(WcStatus::Success);
+                }
+            }
+            self.complete_front(&mut sq);
         }
     }
 
@@ -960,14 +1046,13 @@ impl QueuePair<SoftDevice> for SoftQp {
                 return Ok(());
             }
             SendOp::LocalInv { rkey } => {
-                let status = match invalidate(&sh.ctx.table, sh.binding_qp(), *rkey) {
-                    Ok(()) => WcStatus::Success,
+                match invalidate(&sh.ctx.table, sh.binding_qp(), *rkey) {
+                    Ok(()) => sh.finish_invalidation(sq, wr.wr_id, wr.signaled, *rkey),
                     Err(rule) => {
                         tracing::warn!(qp = sh.num, rule, "local invalidate refused");
-                        WcStatus::MwBindErr
+                        sh.finish_local(sq, wr.wr_id, opcode, wr.signaled, WcStatus::MwBindErr);
                     }
-                };
-                sh.finish_local(sq, wr.wr_id, opcode, wr.signaled, status);
+                }
                 return Ok(());
             }
             SendOp::Send { sge } => (Op::Send, *sge, 0, 0, false),
@@ -1010,6 +1095,7 @@ impl QueuePair<SoftDevice> for SoftQp {
             byte_len: len as u32,
             status: None,
             read_into: if is_read { seg.clone() } else { None },
+            after_access: false,
         });
         // Not under the queue lock: the completion thread needs it while we block on a full
         // socket.

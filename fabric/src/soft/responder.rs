@@ -319,6 +319,8 @@ fn serve(
         }
     };
     let len = u64::from(f.len);
+    // Until the payload has moved, a LOCAL_INV of this key waits for it.
+    let _access = qp.begin_access(f.key);
     // A same-device request names the requester's side of the transfer; it is part of the
     // request, read before the checks decide on it.
     let peer_side = match peer_memory {
