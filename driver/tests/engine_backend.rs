@@ -7,8 +7,7 @@ mod common;
 
 use common::{EngineBacking, Opts, WorkerProc, can_mount, errno_of, tempdir, worker_bin};
 use dpufs_daos::capability::{AgentKey, Rights};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use dpufs_e2e::files::write_synced;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -19,17 +18,6 @@ fn uncached() -> Opts {
         args: vec!["--data-cache".into(), "off".into()],
         fuse_fd: None,
     }
-}
-
-fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .open(path)?;
-    f.write_all(data)?;
-    f.sync_all()
 }
 
 fn body(seed: u8) -> Vec<u8> {

@@ -3,6 +3,7 @@
 
 use dpufs_daos::certs::{self, CertAuthority};
 use dpufs_daos::{ClientConfig, DaosError, MgmtClient, PoolSize, PoolSpec, TlsFiles};
+use dpufs_e2e::percentile::p99;
 use dpufs_e2e::{EngineOpts, EngineProcess};
 use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode, SslVersion};
 use std::os::unix::fs::PermissionsExt;
@@ -222,10 +223,6 @@ async fn listing_latencies(admin: &MgmtClient, n: usize) -> Vec<std::time::Durat
     }
     all.sort();
     all
-}
-
-fn p99(sorted: &[std::time::Duration]) -> std::time::Duration {
-    sorted[(sorted.len() * 99).div_ceil(100) - 1]
 }
 
 /// Whether the peer closed `conn` (EOF or an error other than a timeout) within its read

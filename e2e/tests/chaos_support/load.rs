@@ -2,8 +2,8 @@
 //! (create, write, fsync, close), whose acknowledged files make the ledger checked after each
 //! fault, and fio writing files and verifying them.
 
+use dpufs_e2e::files::write_synced;
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -40,9 +40,7 @@ impl Seen {
     pub fn p99(&self) -> Duration {
         let mut took = self.took.clone();
         took.sort();
-        took.get((took.len() * 99).div_ceil(100).saturating_sub(1))
-            .copied()
-            .unwrap_or_default()
+        dpufs_e2e::percentile::p99(&took)
     }
 }
 
@@ -124,19 +122,6 @@ impl Writer {
         let seen = std::mem::take(&mut s.seen);
         (seen, s.acked.iter().map(|(seq, _)| *seq).collect())
     }
-}
-
-fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let mut f = std::fs::File::create(path)?;
-    f.write_all(data)?;
-    f.sync_all()?;
-    // close(2)'s own error counts too: `File`'s drop would ignore it.
-    let fd = std::os::fd::IntoRawFd::into_raw_fd(f);
-    // SAFETY: `fd` was just taken from the file, which no longer owns it.
-    if unsafe { libc::close(fd) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Checks node `node`'s acknowledged files `seqs` under `dir` (the ledger's directory as

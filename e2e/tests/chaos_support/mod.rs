@@ -30,9 +30,11 @@ impl Topology {
     /// A storage namespace linked to the test's namespace and to `nodes` node namespaces;
     /// subnets and names of their own per process.
     pub fn create(nodes: usize) -> Topology {
-        let pid = std::process::id();
-        let third = u8::try_from(pid % 240).expect("below 240");
-        let tag = pid % 10_000;
+        // Names carry the whole pid, which no other live run has (interface names stay within
+        // the kernel's 15 characters); what a killed run left behind goes first.
+        let tag = std::process::id();
+        remove_leftovers();
+        let third = free_subnet(tag);
         let net = |second: u8, last: u8| Ipv4Addr::new(10, second, third, last);
         let cidr = |ip: Ipv4Addr| format!("{ip}/24");
         let storage = Netns::create(&format!("dpufs-chaos-st{tag}")).expect("storage namespace");
@@ -229,4 +231,43 @@ impl Cluster {
             net,
         }
     }
+}
+
+/// The namespaces of chaos runs whose process is gone (killed before their drop ran). Their
+/// links go with them: a veth pair dies with either end's namespace.
+fn remove_leftovers() {
+    let Ok(entries) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    for name in entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+    {
+        let Some(rest) = name.strip_prefix("dpufs-chaos-") else {
+            continue;
+        };
+        let pid = rest
+            .rsplit(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap_or("");
+        if !pid.is_empty() && !std::path::Path::new("/proc").join(pid).exists() {
+            let _ = Command::new("ip").args(["netns", "del", &name]).status();
+        }
+    }
+}
+
+/// The third octet of a 10.223.x.0/24 subnet no address of the test's namespace is in yet
+/// (another run's link to its storage namespace), starting from one derived from `tag`.
+fn free_subnet(tag: u32) -> u8 {
+    let out = Command::new("ip")
+        .args(["-o", "-4", "addr", "show"])
+        .output()
+        .expect("run ip addr");
+    let listing = String::from_utf8_lossy(&out.stdout);
+    let used = |third: u32| listing.contains(&format!(" 10.223.{third}."));
+    let third = (0..240)
+        .map(|k| (tag + k) % 240)
+        .find(|&third| !used(third))
+        .expect("a free 10.223.x.0/24 subnet");
+    u8::try_from(third).expect("below 240")
 }
