@@ -216,6 +216,9 @@ pub(crate) struct QpShared {
     /// The request channel, for whoever processes its responses: the completion thread, or a
     /// caller waiting on the send CQ (see [`super::requester`]). Above `sq` in the lock order.
     pub reader: Mutex<Option<Arc<Channel>>>,
+    /// A response whose header a waiter read but whose payload was still arriving: the
+    /// completion thread finishes it (see [`super::requester::drain_ready`]).
+    unfinished_response: Mutex<Option<Frame>>,
     /// The responder's state, for whoever serves the peer's requests: the responder thread, or
     /// a caller waiting on the receive CQ (see [`super::responder`]).
     serving: Mutex<Option<Serving>>,
@@ -293,6 +296,7 @@ impl SoftQp {
             rq_ready: Condvar::new(),
             channels: Mutex::default(),
             reader: Mutex::default(),
+            unfinished_response: Mutex::default(),
             serving: Mutex::default(),
             window_access: Mutex::default(),
             driven: AtomicUsize::new(0),
@@ -816,7 +820,7 @@ impl Progress for QpShared {
         if let Ok(reader) = self.reader.try_lock() {
             let ended = reader
                 .as_ref()
-                .is_some_and(|stream| super::requester::drain_ready(self, stream));
+                .is_some_and(|stream| super::requester::drain_ready(self, stream, Mode::Waiter));
             drop(reader);
             if ended {
                 self.enter_error(Cause::Transport);
@@ -895,6 +899,22 @@ impl QpShared {
         if let Some(t) = lock(&self.responder).as_ref() {
             t.unpark();
         }
+    }
+
+    /// Leaves `frame`, read by a waiter, for the completion thread to finish, and wakes it.
+    pub fn leave_unfinished_response(&self, frame: Frame) {
+        *lock(&self.unfinished_response) = Some(frame);
+        if let Some(t) = lock(&self.completion).as_ref() {
+            t.unpark();
+        }
+    }
+
+    pub fn take_unfinished_response(&self) -> Option<Frame> {
+        lock(&self.unfinished_response).take()
+    }
+
+    pub fn has_unfinished_response(&self) -> bool {
+        lock(&self.unfinished_response).is_some()
     }
 
     pub fn take_responder_call(&self) -> bool {

@@ -8,6 +8,8 @@
 //! thread, and the QP's completion thread, which does it when no caller waits (see
 //! [`super::cq::Progress`]). The first saves the hand-off from a reading thread to the caller,
 //! which dominates a small round trip (a thread wake-up costs more than the whole syscall path).
+//! A caller never waits for a payload still on the wire: that is the thread's (see
+//! [`drain_ready`]).
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, TryLockError};
@@ -15,7 +17,7 @@ use std::thread;
 
 use super::channel::Channel;
 use super::qp::{Cause, QpShared, THREAD_NAP};
-use super::responder::readable;
+use super::responder::{Mode, readable};
 use super::wire::{Frame, NakCode, Op, Queued, discard, recv_into, try_read_frame};
 use crate::verbs::{QpState, WcStatus};
 
@@ -24,7 +26,7 @@ use crate::verbs::{QpState, WcStatus};
 pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel) {
     let fd = stream.as_raw_fd();
     loop {
-        if qp.step_aside() {
+        if !qp.has_unfinished_response() && qp.step_aside() {
             // A waiter reads the responses itself: waking up for each of them would only take
             // a core from it.
             if crate::soft::lock(&qp.reader).is_none() {
@@ -33,7 +35,8 @@ pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel) {
             }
             continue;
         }
-        if !readable(fd, THREAD_NAP.as_millis() as i32) {
+        // A response a waiter left half-read is ours to finish, readable yet or not.
+        if !qp.has_unfinished_response() && !readable(fd, THREAD_NAP.as_millis() as i32) {
             continue;
         }
         let reader = match qp.reader.try_lock() {
@@ -48,7 +51,7 @@ pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel) {
         if reader.is_none() {
             return;
         }
-        let ended = drain_ready(qp, stream);
+        let ended = drain_ready(qp, stream, Mode::Thread);
         drop(reader);
         if ended {
             break;
@@ -60,20 +63,48 @@ pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel) {
 
 /// Processes every response already waiting on `fd`; the caller holds the QP's reader lock.
 /// True once the channel ended (EOF, error, or a protocol violation).
-pub(crate) fn drain_ready(qp: &QpShared, stream: &Channel) -> bool {
+///
+/// A waiter ([`Mode::Waiter`], driving every QP of the CQ it waits on) never waits for a READ
+/// response's payload still on the wire: it leaves the response to this QP's completion thread
+/// and goes on. Otherwise a peer behind a slow link, its payload trickling in, would hold the
+/// waiter, and with it the completions of every other QP it drives.
+pub(crate) fn drain_ready(qp: &QpShared, stream: &Channel, mode: Mode) -> bool {
     let fd = stream.as_raw_fd();
+    let local = stream.is_local();
+    if mode == Mode::Waiter && qp.has_unfinished_response() {
+        // Responses complete in order: the thread finishes that one first.
+        return false;
+    }
+    let mut unfinished = qp.take_unfinished_response();
     loop {
-        match try_read_frame(fd) {
-            Ok(Queued::Frame(frame)) => {
-                if !handle(qp, fd, stream.is_local(), &frame) {
-                    tracing::warn!(qp = qp.num, ?frame, "protocol error on the request channel");
-                    return true;
-                }
-            }
+        let frame = match unfinished
+            .take()
+            .map_or_else(|| try_read_frame(fd), |f| Ok(Queued::Frame(f)))
+        {
+            Ok(Queued::Frame(frame)) => frame,
             Ok(Queued::Nothing) => return false,
             Ok(Queued::Ended) | Err(_) => return true,
+        };
+        if mode == Mode::Waiter && !payload_arrived(fd, local, &frame) {
+            qp.leave_unfinished_response(frame);
+            return false;
+        }
+        if !handle(qp, fd, local, &frame) {
+            tracing::warn!(qp = qp.num, ?frame, "protocol error on the request channel");
+            return true;
         }
     }
+}
+
+/// Whether all of `frame`'s payload is already in the socket: reading it cannot block.
+fn payload_arrived(fd: RawFd, local: bool, frame: &Frame) -> bool {
+    if frame.op != Op::ReadResp || local || frame.len == 0 {
+        return true;
+    }
+    let mut queued: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    let ok = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) } == 0;
+    ok && usize::try_from(queued).is_ok_and(|q| q >= frame.len as usize)
 }
 
 /// Applies one response; false on a protocol error. `local`: READ responses carry no payload.
