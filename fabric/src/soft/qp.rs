@@ -228,7 +228,7 @@ pub(crate) struct QpShared {
     pub driven: AtomicUsize,
     /// When the last waiter stopped driving ([`since_start`] nanoseconds).
     last_driven: AtomicU64,
-    /// A waiter left the responder thread work only it can do (a stalled SEND, an end).
+    /// A waiter left the responder thread work only it can do (a stalled request, an end).
     responder_call: AtomicBool,
     /// `post_send` wants the ACK held back by the responder sent (see [`QpShared::piggyback_ack`]).
     ack_wanted: AtomicBool,

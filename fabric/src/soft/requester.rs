@@ -18,7 +18,9 @@ use std::thread;
 use super::channel::Channel;
 use super::qp::{Cause, QpShared, THREAD_NAP};
 use super::responder::{Mode, readable};
-use super::wire::{Frame, NakCode, Op, Queued, discard, recv_into, try_read_frame};
+use super::wire::{
+    Frame, NakCode, Op, Queued, discard, queued_at_least, recv_into, try_read_frame,
+};
 use crate::verbs::{QpState, WcStatus};
 
 /// The completion thread: waits until responses are readable, then processes them unless a
@@ -98,13 +100,8 @@ pub(crate) fn drain_ready(qp: &QpShared, stream: &Channel, mode: Mode) -> bool {
 
 /// Whether all of `frame`'s payload is already in the socket: reading it cannot block.
 fn payload_arrived(fd: RawFd, local: bool, frame: &Frame) -> bool {
-    if frame.op != Op::ReadResp || local || frame.len == 0 {
-        return true;
-    }
-    let mut queued: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int.
-    let ok = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) } == 0;
-    ok && usize::try_from(queued).is_ok_and(|q| q >= frame.len as usize)
+    let on_socket = frame.op == Op::ReadResp && !local;
+    !on_socket || queued_at_least(fd, frame.len as usize)
 }
 
 /// Applies one response; false on a protocol error. `local`: READ responses carry no payload.

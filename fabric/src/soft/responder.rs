@@ -15,7 +15,9 @@ use super::channel::{Channel, HandedOver};
 use super::memory::Memory;
 use super::qp::{Cause, Counters, QpShared};
 use super::table::Counter;
-use super::wire::{Frame, NakCode, Op, Queued, recv_into, send_frame, send_header, try_read_frame};
+use super::wire::{
+    Frame, NakCode, Op, Queued, queued_at_least, recv_into, send_frame, send_header, try_read_frame,
+};
 use crate::checks::{Nak, Rejection, ResponderQp, RmaOp, check_rma};
 use crate::verbs::{Access, QpState, WcStatus};
 
@@ -88,8 +90,9 @@ pub(crate) struct Serving {
     /// The peer's buffers, when it shares our device; None over TCP, where no reference is
     /// ever accepted.
     peer_memory: Option<HandedOver>,
-    /// A SEND a waiter read but could not land (no receive posted): the thread serves it,
-    /// waiting for the receive as a NIC retries after an RNR NAK.
+    /// A request a waiter read but left to the thread: a SEND it could not land (no receive
+    /// posted), which the thread serves waiting for the receive as a NIC retries after an RNR
+    /// NAK, or a request whose payload was still arriving.
     stalled: Option<Frame>,
     /// Serving is over; the thread finishes the job.
     end: Option<End>,
@@ -161,6 +164,16 @@ impl Serving {
         Ok(())
     }
 
+    /// The bytes that follow `frame` on the socket: a SEND's payload, and a WRITE's unless a
+    /// same-device peer hands it over by reference.
+    fn socket_payload(&self, frame: &Frame) -> usize {
+        match frame.op {
+            Op::Send | Op::SendInv => frame.len as usize,
+            Op::Write if self.peer_memory.is_none() => frame.len as usize,
+            _ => 0,
+        }
+    }
+
     /// The next request to serve: a stalled one, or one already queued; `None` when nothing is.
     fn next(&mut self, mode: Mode) -> Option<Frame> {
         if let Some(frame) = self.stalled.take() {
@@ -201,6 +214,14 @@ impl Serving {
             let Some(frame) = self.next(mode) else {
                 return;
             };
+            if mode == Mode::Waiter && !queued_at_least(self.fd(), self.socket_payload(&frame)) {
+                // Its payload is still on the wire: waiting for it is the thread's job. A peer
+                // behind a slow link would otherwise hold the waiter, and with it every other
+                // QP the waiter drives.
+                self.stalled = Some(frame);
+                qp.call_responder();
+                return;
+            }
             let is_send = matches!(frame.op, Op::Send | Op::SendInv);
             if is_send && !qp.has_recv() {
                 if mode == Mode::Waiter {
@@ -260,7 +281,7 @@ pub(crate) fn run(qp: &Arc<QpShared>) {
         if qp.responder_stopped() {
             return;
         }
-        // A waiter that left a stalled SEND or an end for us asked for the thread explicitly.
+        // A waiter that left a stalled request or an end for us asked for the thread explicitly.
         if !qp.take_responder_call() {
             if qp.step_aside() {
                 continue;

@@ -154,6 +154,17 @@ pub(crate) fn try_read_frame(fd: RawFd) -> io::Result<Queued> {
     Frame::decode(&b).map(Queued::Frame)
 }
 
+/// Whether at least `len` bytes wait in `fd`'s receive queue, so reading them cannot block.
+pub(crate) fn queued_at_least(fd: RawFd, len: usize) -> bool {
+    if len == 0 {
+        return true;
+    }
+    let mut queued: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    let ok = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) } == 0;
+    ok && usize::try_from(queued).is_ok_and(|q| q >= len)
+}
+
 /// Receives exactly `len` bytes into `dst`.
 ///
 /// # Safety
