@@ -31,6 +31,7 @@ use super::cm::{self, HelloStatus, PeerInfo};
 use super::cq::Progress;
 use super::memory::Memory;
 use super::mr::{BindingQp, MrInner, SoftMr, SoftMw, invalidate};
+use super::requester::Arriving;
 use super::responder::{Mode, Serving};
 use super::table::Counter;
 use super::wire::{Frame, Op, send_frame, send_header};
@@ -216,9 +217,9 @@ pub(crate) struct QpShared {
     /// The request channel, for whoever processes its responses: the completion thread, or a
     /// caller waiting on the send CQ (see [`super::requester`]). Above `sq` in the lock order.
     pub reader: Mutex<Option<Arc<Channel>>>,
-    /// A response whose header a waiter read but whose payload was still arriving: the
-    /// completion thread finishes it (see [`super::requester::drain_ready`]).
-    unfinished_response: Mutex<Option<Frame>>,
+    /// A READ response whose payload is still arriving (see
+    /// [`super::requester::drain_ready`]); taken under the reader lock.
+    arriving: Mutex<Option<Arriving>>,
     /// The responder's state, for whoever serves the peer's requests: the responder thread, or
     /// a caller waiting on the receive CQ (see [`super::responder`]).
     serving: Mutex<Option<Serving>>,
@@ -296,7 +297,7 @@ impl SoftQp {
             rq_ready: Condvar::new(),
             channels: Mutex::default(),
             reader: Mutex::default(),
-            unfinished_response: Mutex::default(),
+            arriving: Mutex::default(),
             serving: Mutex::default(),
             window_access: Mutex::default(),
             driven: AtomicUsize::new(0),
@@ -532,8 +533,9 @@ impl QpShared {
         AccessGuard { qp: self }
     }
 
-    /// The access is over: complete the invalidation that waited for it, if any.
-    fn end_access(&self) {
+    /// The access is over: complete the invalidation that waited for it, if any. (The guard
+    /// calls it; a WRITE still landing when its serving pass ends calls it once landed.)
+    pub fn end_access(&self) {
         let waited = {
             let mut access = lock(&self.window_access);
             access.key = None;
@@ -901,20 +903,13 @@ impl QpShared {
         }
     }
 
-    /// Leaves `frame`, read by a waiter, for the completion thread to finish, and wakes it.
-    pub fn leave_unfinished_response(&self, frame: Frame) {
-        *lock(&self.unfinished_response) = Some(frame);
-        if let Some(t) = lock(&self.completion).as_ref() {
-            t.unpark();
-        }
+    /// Keeps a READ response whose payload is still arriving for whoever drives the QP next.
+    pub fn set_arriving(&self, arriving: Arriving) {
+        *lock(&self.arriving) = Some(arriving);
     }
 
-    pub fn take_unfinished_response(&self) -> Option<Frame> {
-        lock(&self.unfinished_response).take()
-    }
-
-    pub fn has_unfinished_response(&self) -> bool {
-        lock(&self.unfinished_response).is_some()
+    pub fn take_arriving(&self) -> Option<Arriving> {
+        lock(&self.arriving).take()
     }
 
     pub fn take_responder_call(&self) -> bool {

@@ -8,19 +8,16 @@
 //! thread, and the QP's completion thread, which does it when no caller waits (see
 //! [`super::cq::Progress`]). The first saves the hand-off from a reading thread to the caller,
 //! which dominates a small round trip (a thread wake-up costs more than the whole syscall path).
-//! A caller never waits for a payload still on the wire: that is the thread's (see
-//! [`drain_ready`]).
+//! A caller never waits for a payload still on the wire (see [`drain_ready`]).
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, TryLockError};
 use std::thread;
 
 use super::channel::Channel;
-use super::qp::{Cause, QpShared, THREAD_NAP};
+use super::qp::{Cause, LocalSeg, QpShared, THREAD_NAP};
 use super::responder::{Mode, readable};
-use super::wire::{
-    Frame, NakCode, Op, Queued, discard, queued_at_least, recv_into, try_read_frame,
-};
+use super::wire::{Frame, NakCode, Op, Queued, discard, recv_arrived, recv_into, try_read_frame};
 use crate::verbs::{QpState, WcStatus};
 
 /// The completion thread: waits until responses are readable, then processes them unless a
@@ -28,7 +25,7 @@ use crate::verbs::{QpState, WcStatus};
 pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel) {
     let fd = stream.as_raw_fd();
     loop {
-        if !qp.has_unfinished_response() && qp.step_aside() {
+        if qp.step_aside() {
             // A waiter reads the responses itself: waking up for each of them would only take
             // a core from it.
             if crate::soft::lock(&qp.reader).is_none() {
@@ -37,8 +34,7 @@ pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel) {
             }
             continue;
         }
-        // A response a waiter left half-read is ours to finish, readable yet or not.
-        if !qp.has_unfinished_response() && !readable(fd, THREAD_NAP.as_millis() as i32) {
+        if !readable(fd, THREAD_NAP.as_millis() as i32) {
             continue;
         }
         let reader = match qp.reader.try_lock() {
@@ -67,45 +63,85 @@ pub(crate) fn run(qp: &Arc<QpShared>, stream: &Channel) {
 /// True once the channel ended (EOF, error, or a protocol violation).
 ///
 /// A waiter ([`Mode::Waiter`], driving every QP of the CQ it waits on) never waits for a READ
-/// response's payload still on the wire: it leaves the response to this QP's completion thread
-/// and goes on. Otherwise a peer behind a slow link, its payload trickling in, would hold the
-/// waiter, and with it the completions of every other QP it drives.
+/// response's payload still on the wire: it takes what has arrived and leaves the rest
+/// ([`Arriving`]) to whoever drives the QP next, itself included. Otherwise a peer behind a
+/// slow link, its payload trickling in, would hold the waiter, and with it the completions of
+/// every other QP it drives.
 pub(crate) fn drain_ready(qp: &QpShared, stream: &Channel, mode: Mode) -> bool {
     let fd = stream.as_raw_fd();
     let local = stream.is_local();
-    if mode == Mode::Waiter && qp.has_unfinished_response() {
-        // Responses complete in order: the thread finishes that one first.
-        return false;
+    if let Some(arriving) = qp.take_arriving() {
+        match receive_payload(qp, fd, mode, arriving) {
+            Handled::Done => {}
+            Handled::Waiting => return false,
+            Handled::Broken => return true,
+        }
     }
-    let mut unfinished = qp.take_unfinished_response();
     loop {
-        let frame = match unfinished
-            .take()
-            .map_or_else(|| try_read_frame(fd), |f| Ok(Queued::Frame(f)))
-        {
+        let frame = match try_read_frame(fd) {
             Ok(Queued::Frame(frame)) => frame,
             Ok(Queued::Nothing) => return false,
             Ok(Queued::Ended) | Err(_) => return true,
         };
-        if mode == Mode::Waiter && !payload_arrived(fd, local, &frame) {
-            qp.leave_unfinished_response(frame);
-            return false;
-        }
-        if !handle(qp, fd, local, &frame) {
-            tracing::warn!(qp = qp.num, ?frame, "protocol error on the request channel");
-            return true;
+        match handle(qp, fd, local, mode, &frame) {
+            Handled::Done => {}
+            Handled::Waiting => return false,
+            Handled::Broken => {
+                tracing::warn!(qp = qp.num, ?frame, "protocol error on the request channel");
+                return true;
+            }
         }
     }
 }
 
-/// Whether all of `frame`'s payload is already in the socket: reading it cannot block.
-fn payload_arrived(fd: RawFd, local: bool, frame: &Frame) -> bool {
-    let on_socket = frame.op == Op::ReadResp && !local;
-    !on_socket || queued_at_least(fd, frame.len as usize)
+/// What became of a response.
+enum Handled {
+    Done,
+    /// Part of its payload is still on the wire ([`Arriving`]).
+    Waiting,
+    /// A protocol violation, or the channel broke.
+    Broken,
 }
 
-/// Applies one response; false on a protocol error. `local`: READ responses carry no payload.
-fn handle(qp: &QpShared, fd: RawFd, local: bool, frame: &Frame) -> bool {
+/// A READ response whose payload is still arriving: where it lands, and how much has.
+#[derive(Debug)]
+pub(crate) struct Arriving {
+    frame: Frame,
+    seg: Arc<LocalSeg>,
+    done: usize,
+}
+
+/// Receives the rest of a READ response's payload: all of it for the thread, what has arrived
+/// for a waiter (keeping the rest for later). Completes the READ once it is all in.
+fn receive_payload(qp: &QpShared, fd: RawFd, mode: Mode, mut a: Arriving) -> Handled {
+    let Some(dst) = a.seg.ptr() else {
+        return Handled::Broken;
+    };
+    let rest = a.seg.len - a.done;
+    // SAFETY: `dst` is `seg.len` bytes inside the mapping `seg` keeps alive, so `dst + done`
+    // is valid for `rest`.
+    let got = unsafe {
+        let dst = dst.add(a.done);
+        match mode {
+            Mode::Thread => recv_into(fd, dst, rest).map(|()| rest),
+            Mode::Waiter => recv_arrived(fd, dst, rest),
+        }
+    };
+    let Ok(got) = got else {
+        return Handled::Broken;
+    };
+    a.done += got;
+    if a.done < a.seg.len {
+        qp.set_arriving(a);
+        return Handled::Waiting;
+    }
+    qp.read_done(a.frame.psn, a.frame.len);
+    Handled::Done
+}
+
+/// Applies one response. `local`: READ responses carry no payload.
+fn handle(qp: &QpShared, fd: RawFd, local: bool, mode: Mode, frame: &Frame) -> Handled {
+    let ok = |ok: bool| if ok { Handled::Done } else { Handled::Broken };
     if qp.state() == QpState::Error {
         // Already failed: drain whatever still arrives until the peer closes, so its responder
         // never blocks on a response we will not read.
@@ -114,29 +150,27 @@ fn handle(qp: &QpShared, fd: RawFd, local: bool, frame: &Frame) -> bool {
         } else {
             0
         };
-        return discard(fd, payload as usize).is_ok();
+        return ok(discard(fd, payload as usize).is_ok());
     }
     match frame.op {
         Op::Ack => {
             qp.ack_through(frame.psn);
-            true
+            Handled::Done
         }
         Op::ReadResp => {
             let Some(seg) = qp.read_target(frame.psn, frame.len) else {
-                return false;
+                return Handled::Broken;
             };
             if local {
                 qp.read_done(frame.psn, frame.len);
-                return true;
+                return Handled::Done;
             }
-            // SAFETY: `dst` is `seg.len` bytes inside the mapping `seg` keeps alive.
-            match seg.ptr() {
-                Some(dst) if unsafe { recv_into(fd, dst, seg.len) }.is_ok() => {
-                    qp.read_done(frame.psn, frame.len);
-                    true
-                }
-                _ => false,
-            }
+            let arriving = Arriving {
+                frame: *frame,
+                seg,
+                done: 0,
+            };
+            receive_payload(qp, fd, mode, arriving)
         }
         Op::Nak => {
             let status = match NakCode::from_u8(frame.code) {
@@ -146,9 +180,9 @@ fn handle(qp: &QpShared, fd: RawFd, local: bool, frame: &Frame) -> bool {
                 Some(NakCode::Sequence) | None => WcStatus::RetryExcErr,
             };
             qp.nak(frame.psn, status);
-            true
+            Handled::Done
         }
         // A request on the response direction: the peer is broken.
-        Op::Send | Op::SendInv | Op::Write | Op::ReadReq => false,
+        Op::Send | Op::SendInv | Op::Write | Op::ReadReq => Handled::Broken,
     }
 }

@@ -16,7 +16,8 @@ use super::memory::Memory;
 use super::qp::{Cause, Counters, QpShared};
 use super::table::Counter;
 use super::wire::{
-    Frame, NakCode, Op, Queued, queued_at_least, recv_into, send_frame, send_header, try_read_frame,
+    Frame, NakCode, Op, Queued, queued_at_least, recv_arrived, recv_into, send_frame, send_header,
+    try_read_frame,
 };
 use crate::checks::{Nak, Rejection, ResponderQp, RmaOp, check_rma};
 use crate::verbs::{Access, QpState, WcStatus};
@@ -29,6 +30,20 @@ enum Reply {
     Sent,
     /// The QP is closing; stop serving.
     Stop,
+    /// A WRITE whose payload is still arriving: nothing more is served until it is in.
+    Landing(Landing),
+}
+
+/// A WRITE whose payload a waiter started to land but is still on the wire. Its window access
+/// stays open (a LOCAL_INV of its key waits) until the rest is in, and whoever serves the QP
+/// next takes the rest first.
+#[derive(Debug)]
+pub(crate) struct Landing {
+    frame: Frame,
+    mem: Arc<Memory>,
+    /// Where the payload lands in `mem`.
+    offset: u64,
+    done: usize,
 }
 
 /// Why serving stopped with an error.
@@ -92,8 +107,10 @@ pub(crate) struct Serving {
     peer_memory: Option<HandedOver>,
     /// A request a waiter read but left to the thread: a SEND it could not land (no receive
     /// posted), which the thread serves waiting for the receive as a NIC retries after an RNR
-    /// NAK, or a request whose payload was still arriving.
+    /// NAK, or a SEND whose payload was still arriving.
     stalled: Option<Frame>,
+    /// A WRITE whose payload is still arriving.
+    landing: Option<Landing>,
     /// Serving is over; the thread finishes the job.
     end: Option<End>,
 }
@@ -130,6 +147,7 @@ impl Serving {
             unacked: None,
             unacked_send: false,
             stalled: None,
+            landing: None,
             end: None,
         }
     }
@@ -162,16 +180,6 @@ impl Serving {
             send_header(self.fd(), &Frame::new(Op::Ack, psn))?;
         }
         Ok(())
-    }
-
-    /// The bytes that follow `frame` on the socket: a SEND's payload, and a WRITE's unless a
-    /// same-device peer hands it over by reference.
-    fn socket_payload(&self, frame: &Frame) -> usize {
-        match frame.op {
-            Op::Send | Op::SendInv => frame.len as usize,
-            Op::Write if self.peer_memory.is_none() => frame.len as usize,
-            _ => 0,
-        }
     }
 
     /// The next request to serve: a stalled one, or one already queued; `None` when nothing is.
@@ -210,19 +218,24 @@ impl Serving {
     }
 
     fn serve_queued(&mut self, qp: &QpShared, mode: Mode) {
+        if let Some(landing) = self.landing.take()
+            && !self.land_rest(qp, landing, mode)
+        {
+            return;
+        }
         while self.end.is_none() {
             let Some(frame) = self.next(mode) else {
                 return;
             };
-            if mode == Mode::Waiter && !queued_at_least(self.fd(), self.socket_payload(&frame)) {
+            let is_send = matches!(frame.op, Op::Send | Op::SendInv);
+            if mode == Mode::Waiter && is_send && !queued_at_least(self.fd(), frame.len as usize) {
                 // Its payload is still on the wire: waiting for it is the thread's job. A peer
                 // behind a slow link would otherwise hold the waiter, and with it every other
-                // QP the waiter drives.
+                // QP the waiter drives. (A WRITE's payload lands piece by piece instead.)
                 self.stalled = Some(frame);
                 qp.call_responder();
                 return;
             }
-            let is_send = matches!(frame.op, Op::Send | Op::SendInv);
             if is_send && !qp.has_recv() {
                 if mode == Mode::Waiter {
                     // Landing it means waiting for the application: the thread's job.
@@ -242,15 +255,51 @@ impl Serving {
                 self.end = Some(End::Refused);
                 return;
             }
-            self.serve_one(qp, &frame, is_send);
+            self.serve_one(qp, &frame, is_send, mode);
+            if self.landing.is_some() {
+                return;
+            }
         }
     }
 
-    fn serve_one(&mut self, qp: &QpShared, frame: &Frame, is_send: bool) {
+    /// Lands what has arrived of a WRITE's payload (all of it for the thread); true once it
+    /// is all in, the window access closed and the WRITE acknowledged.
+    fn land_rest(&mut self, qp: &QpShared, mut landing: Landing, mode: Mode) -> bool {
+        let fd = self.fd();
+        let rest = landing.frame.len as usize - landing.done;
+        let at = landing.offset + landing.done as u64;
+        let got = match landing.mem.range(at, rest as u64) {
+            // SAFETY: `dst` is `rest` bytes inside the mapping `landing.mem` keeps alive.
+            Some(dst) => unsafe { receive(fd, dst, rest, mode) },
+            None => Err(Fatal::access("outside registered memory")),
+        };
+        match got {
+            Ok(got) if got < rest => {
+                landing.done += got;
+                self.landing = Some(landing);
+                false
+            }
+            Ok(_) => {
+                qp.end_access();
+                Counters::add(&qp.counters.bytes_received, u64::from(landing.frame.len));
+                self.unacked = Some(landing.frame.psn);
+                self.unacked_send = false;
+                true
+            }
+            Err(fatal) => {
+                qp.end_access();
+                fail(qp, fd, &landing.frame, &fatal);
+                self.end = Some(End::Refused);
+                false
+            }
+        }
+    }
+
+    fn serve_one(&mut self, qp: &QpShared, frame: &Frame, is_send: bool, mode: Mode) {
         let fd = self.fd();
         let outcome = if frame.psn == self.expected {
             self.expected = self.expected.wrapping_add(1);
-            serve(qp, fd, &self.me, frame, self.peer_memory.as_mut())
+            serve(qp, fd, &self.me, frame, self.peer_memory.as_mut(), mode)
         } else {
             Err(Fatal {
                 nak: Some(NakCode::Sequence),
@@ -265,6 +314,7 @@ impl Serving {
             }
             Ok(Reply::Sent) => self.unacked = None,
             Ok(Reply::Stop) => self.end = Some(End::Stop),
+            Ok(Reply::Landing(landing)) => self.landing = Some(landing),
             Err(fatal) => {
                 fail(qp, fd, frame, &fatal);
                 self.end = Some(End::Refused);
@@ -330,6 +380,7 @@ fn serve(
     me: &ResponderQp,
     f: &Frame,
     peer_memory: Option<&mut HandedOver>,
+    mode: Mode,
 ) -> Result<Reply, Fatal> {
     let op = match f.op {
         Op::Write => RmaOp::Write,
@@ -341,7 +392,7 @@ fn serve(
     };
     let len = u64::from(f.len);
     // Until the payload has moved, a LOCAL_INV of this key waits for it.
-    let _access = qp.begin_access(f.key);
+    let access = qp.begin_access(f.key);
     // A same-device request names the requester's side of the transfer; it is part of the
     // request, read before the checks decide on it.
     let peer_side = match peer_memory {
@@ -362,20 +413,35 @@ fn serve(
             let ptr = mem
                 .range(t.offset, t.len)
                 .ok_or(Fatal::access("outside registered memory"))?;
-            Some((mem, ptr))
+            Some((mem, ptr, t.offset))
         }
     };
     // From a same-device peer the payload moves by one copy here, not through the socket.
     let local = peer_side.is_some();
     if let Some(peer) = peer_side {
-        copy_local(op, place.as_ref(), peer, len)?;
+        copy_local(
+            op,
+            place.as_ref().map(|(mem, ptr, _)| (mem, *ptr)),
+            peer,
+            len,
+        )?;
     }
     let through_socket = place.as_ref().filter(|_| !local);
     match op {
         RmaOp::Write => {
-            if let Some((_mem, dst)) = through_socket {
-                // SAFETY: `dst` is `len` bytes inside the mapping `_mem` keeps alive.
-                unsafe { recv_into(fd, *dst, f.len as usize) }.map_err(|_| Fatal::transport())?;
+            if let Some((mem, dst, offset)) = through_socket {
+                // SAFETY: `dst` is `len` bytes inside the mapping `mem` keeps alive.
+                let got = unsafe { receive(fd, *dst, f.len as usize, mode) }?;
+                if got < f.len as usize {
+                    // The access stays open until the rest has landed (`land_rest`).
+                    std::mem::forget(access);
+                    return Ok(Reply::Landing(Landing {
+                        frame: *f,
+                        mem: mem.clone(),
+                        offset: *offset,
+                        done: got,
+                    }));
+                }
             }
             Counters::add(&qp.counters.bytes_received, len);
             Ok(Reply::Ack)
@@ -385,7 +451,7 @@ fn serve(
                 len: f.len,
                 ..Frame::new(Op::ReadResp, f.psn)
             };
-            let payload = through_socket.map(|(_mem, src)| (*src as *const u8, f.len as usize));
+            let payload = through_socket.map(|(_mem, src, _)| (*src as *const u8, f.len as usize));
             // SAFETY: the payload is `len` bytes inside the mapping `place` keeps alive.
             unsafe { send_frame(fd, &resp, payload) }.map_err(|_| Fatal::transport())?;
             Counters::add(&qp.counters.bytes_served, len);
@@ -394,12 +460,29 @@ fn serve(
     }
 }
 
+/// Receives a payload into `dst`: all `len` bytes for the thread, what has arrived for a waiter
+/// (which never waits for a peer's slow link). The bytes received.
+///
+/// # Safety
+///
+/// `dst` must be valid for writes of `len` bytes for the duration of the call.
+unsafe fn receive(fd: RawFd, dst: *mut u8, len: usize, mode: Mode) -> Result<usize, Fatal> {
+    // SAFETY: the caller's contract.
+    let got = unsafe {
+        match mode {
+            Mode::Thread => recv_into(fd, dst, len).map(|()| len),
+            Mode::Waiter => recv_arrived(fd, dst, len),
+        }
+    };
+    got.map_err(|_| Fatal::transport())
+}
+
 /// A WRITE or READ from a same-device peer: one copy between its buffer and ours, the loopback
 /// DMA of a NIC. `peer` is the requester's side, `None` if it named memory it never handed
 /// over.
 fn copy_local(
     op: RmaOp,
-    place: Option<&(Arc<Memory>, *mut u8)>,
+    place: Option<(&Arc<Memory>, *mut u8)>,
     peer: Option<(Arc<Memory>, *mut u8)>,
     len: u64,
 ) -> Result<(), Fatal> {
@@ -408,8 +491,8 @@ fn copy_local(
     };
     let (_theirs, theirs) = peer.ok_or(Fatal::invalid("same-device reference"))?;
     let (src, dst) = match op {
-        RmaOp::Write => (theirs, *ours),
-        RmaOp::Read => (*ours, theirs),
+        RmaOp::Write => (theirs, ours),
+        RmaOp::Read => (ours, theirs),
     };
     // SAFETY: both ranges are `len` bytes inside mappings the two Arcs keep alive. They are
     // shared memory others may write (defined contents only after completion, as with DMA),

@@ -165,6 +165,26 @@ pub(crate) fn queued_at_least(fd: RawFd, len: usize) -> bool {
     ok && usize::try_from(queued).is_ok_and(|q| q >= len)
 }
 
+/// Receives what has arrived of `len` bytes into `dst`, without waiting: the bytes received
+/// (fewer than `len` when the rest is still on the wire). The end of the stream is an error.
+///
+/// # Safety
+///
+/// As [`recv_into`].
+pub(crate) unsafe fn recv_arrived(fd: RawFd, dst: *mut u8, len: usize) -> io::Result<usize> {
+    let mut done = 0;
+    while done < len {
+        // SAFETY: dst is valid for `len` bytes (caller contract), so dst+done for len-done.
+        let n = unsafe { libc::recv(fd, dst.add(done).cast(), len - done, libc::MSG_DONTWAIT) };
+        match received(n) {
+            Ok(got) => done += got.unwrap_or(0),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
 /// Receives exactly `len` bytes into `dst`.
 ///
 /// # Safety
