@@ -16,7 +16,8 @@
 //!
 //! `cargo bench -p dpufs-csi --bench tenant_isolation` (as root, for the mounts; the release build,
 //! which the figures are of: the debug build's copies cost enough CPU to move the victim);
-//! `TENANT_ROUNDS` (default 3) and `TENANT_SECS` (seconds per run, default 10).
+//! `TENANT_ROUNDS` (default 3), `TENANT_SECS` (seconds per run, default 10) and `TENANT_ONLY`
+//! (only the aggressors whose name contains it, e.g. `TENANT_ONLY="MiBps 20"`).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -126,6 +127,16 @@ async fn main() {
     };
     let rounds = env("TENANT_ROUNDS", 3) as usize;
     let secs = env("TENANT_SECS", 10);
+    let only = std::env::var("TENANT_ONLY").unwrap_or_default();
+    let chosen: Vec<(usize, &Aggressor)> = AGGRESSORS
+        .iter()
+        .enumerate()
+        .filter(|(_, agg)| agg.name.contains(only.as_str()))
+        .collect();
+    assert!(
+        !chosen.is_empty(),
+        "TENANT_ONLY={only:?} names no aggressor"
+    );
     let bed = bed().await;
     let victim = bed.create("victim", "ns-a").await.volume_id;
     let aggressor = bed
@@ -136,7 +147,7 @@ async fn main() {
     let aggressor_dir = mount_for(&bed, &aggressor, "aggressor", "ns-b").await;
     // Every file, laid out once, before any cap.
     run_fio(&victim_dir, &victim_job(1));
-    for (a, agg) in AGGRESSORS.iter().enumerate() {
+    for &(a, agg) in &chosen {
         let status = aggressor_fio(&aggressor_dir, a, agg, false)
             .arg("--create_only=1")
             .stderr(Stdio::inherit())
@@ -148,7 +159,7 @@ async fn main() {
     // Per aggressor: (over / alone, over / at cap) of each round.
     let mut ratios: Vec<Vec<(f64, f64)>> = vec![Vec::new(); AGGRESSORS.len()];
     for round in 0..rounds {
-        for (a, agg) in AGGRESSORS.iter().enumerate() {
+        for &(a, agg) in &chosen {
             let mut runs = vec![Run::Alone, Run::OverCap];
             if !matches!(agg.cap, Cap::None) {
                 runs.insert(1, Run::AtCap);
@@ -198,7 +209,7 @@ fn report(ratios: &[Vec<(f64, f64)>]) {
         "\n| aggressor | victim's p99 over the cap / alone, per round | median | goal ≤ 1.20 | over the cap / the admitted load, median |"
     );
     println!("|---|---|---:|---|---:|");
-    for (agg, r) in AGGRESSORS.iter().zip(ratios) {
+    for (agg, r) in AGGRESSORS.iter().zip(ratios).filter(|(_, r)| !r.is_empty()) {
         let vs_alone: Vec<f64> = r.iter().map(|x| x.0).collect();
         let vs_at: Vec<f64> = r.iter().map(|x| x.1).collect();
         let m = median(vs_alone.clone());
