@@ -16,8 +16,8 @@ use std::thread;
 
 use super::channel::Channel;
 use super::qp::{Cause, LocalSeg, QpShared, THREAD_NAP};
-use super::responder::{Mode, readable};
-use super::wire::{Frame, NakCode, Op, Queued, discard, recv_arrived, recv_into, try_read_frame};
+use super::responder::{Mode, readable, receive};
+use super::wire::{Frame, NakCode, Op, Queued, discard, try_read_frame};
 use crate::verbs::{QpState, WcStatus};
 
 /// The completion thread: waits until responses are readable, then processes them unless a
@@ -120,13 +120,7 @@ fn receive_payload(qp: &QpShared, fd: RawFd, mode: Mode, mut a: Arriving) -> Han
     let rest = a.seg.len - a.done;
     // SAFETY: `dst` is `seg.len` bytes inside the mapping `seg` keeps alive, so `dst + done`
     // is valid for `rest`.
-    let got = unsafe {
-        let dst = dst.add(a.done);
-        match mode {
-            Mode::Thread => recv_into(fd, dst, rest).map(|()| rest),
-            Mode::Waiter => recv_arrived(fd, dst, rest),
-        }
-    };
+    let got = unsafe { receive(fd, dst.add(a.done), rest, mode) };
     let Ok(got) = got else {
         return Handled::Broken;
     };

@@ -270,7 +270,7 @@ impl Serving {
         let at = landing.offset + landing.done as u64;
         let got = match landing.mem.range(at, rest as u64) {
             // SAFETY: `dst` is `rest` bytes inside the mapping `landing.mem` keeps alive.
-            Some(dst) => unsafe { receive(fd, dst, rest, mode) },
+            Some(dst) => unsafe { receive(fd, dst, rest, mode) }.map_err(|_| Fatal::transport()),
             None => Err(Fatal::access("outside registered memory")),
         };
         match got {
@@ -431,7 +431,8 @@ fn serve(
         RmaOp::Write => {
             if let Some((mem, dst, offset)) = through_socket {
                 // SAFETY: `dst` is `len` bytes inside the mapping `mem` keeps alive.
-                let got = unsafe { receive(fd, *dst, f.len as usize, mode) }?;
+                let got = unsafe { receive(fd, *dst, f.len as usize, mode) }
+                    .map_err(|_| Fatal::transport())?;
                 if got < f.len as usize {
                     // The access stays open until the rest has landed (`land_rest`).
                     std::mem::forget(access);
@@ -461,20 +462,25 @@ fn serve(
 }
 
 /// Receives a payload into `dst`: all `len` bytes for the thread, what has arrived for a waiter
-/// (which never waits for a peer's slow link). The bytes received.
+/// (which never waits for a peer's slow link). The bytes received. The responder's WRITEs and
+/// the requester's READ responses both land so.
 ///
 /// # Safety
 ///
 /// `dst` must be valid for writes of `len` bytes for the duration of the call.
-unsafe fn receive(fd: RawFd, dst: *mut u8, len: usize, mode: Mode) -> Result<usize, Fatal> {
+pub(crate) unsafe fn receive(
+    fd: RawFd,
+    dst: *mut u8,
+    len: usize,
+    mode: Mode,
+) -> std::io::Result<usize> {
     // SAFETY: the caller's contract.
-    let got = unsafe {
+    unsafe {
         match mode {
             Mode::Thread => recv_into(fd, dst, len).map(|()| len),
             Mode::Waiter => recv_arrived(fd, dst, len),
         }
-    };
-    got.map_err(|_| Fatal::transport())
+    }
 }
 
 /// A WRITE or READ from a same-device peer: one copy between its buffer and ours, the loopback
