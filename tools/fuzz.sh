@@ -52,7 +52,7 @@ parallel=${FUZZ_JOBS:-$(nproc)}
 # $out/$1.failed marks a crash, a hang or a fuzzer that did not run.
 fuzz_one() {
   local t=$1 result=$out/$1.result
-  rm -rf "${out:?}/$t" "$out/$t.failed"
+  rm -rf "${out:?}/$t" "$out/$t.failed" "$result"
   mkdir -p "$out/$t"
   # -t: an engine starts on a target's first input in each forked child (dfs_request,
   # fuse_request); 5 s leaves room for that on a loaded machine.
@@ -85,7 +85,7 @@ wait
 failed=0
 printf '%-16s %10s %10s %8s %8s %8s %7s\n' target execs execs/s paths crashes hangs seconds
 for t in "${targets[@]}"; do
-  cat "$out/$t.result"
+  cat "$out/$t.result" 2>/dev/null || { echo "$t: no result (see $out/$t.log)"; failed=1; }
   [ ! -e "$out/$t.failed" ] || failed=1
 done
 exit "$failed"
