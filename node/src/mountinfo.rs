@@ -74,7 +74,8 @@ pub fn find(mountpoint: &Path) -> io::Result<Option<MountInfo>> {
     Ok(read()?.into_iter().rfind(|m| m.mountpoint == mountpoint))
 }
 
-/// A path field with its octal escapes (blanks, backslashes) undone.
+/// A path field with its octal escapes (blanks, backslashes) undone. The kernel escapes a byte
+/// as `\ooo`, at most `\377`; a backslash not followed by such an escape stays as it is.
 pub fn unescape(s: &str) -> PathBuf {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -82,7 +83,8 @@ pub fn unescape(s: &str) -> PathBuf {
     while i < b.len() {
         if b[i] == b'\\'
             && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+            && (b'0'..=b'3').contains(&b[i + 1])
+            && b[i + 2..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
         {
             let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(v);
@@ -131,6 +133,16 @@ not a mount line
         assert_eq!(unescape("/plain"), PathBuf::from("/plain"));
         assert_eq!(unescape("/x\\134y"), PathBuf::from("/x\\y"));
         assert_eq!(unescape("/t\\011n\\012"), PathBuf::from("/t\tn\n"));
+    }
+
+    /// Found by the fuzzer (`fuzz/corpus/node_protocols/found-octal-overflow`): `\512` is no
+    /// byte, and computing it overflowed.
+    #[test]
+    fn an_escape_past_377_stays_as_written() {
+        assert_eq!(unescape("/a\\512b"), PathBuf::from("/a\\512b"));
+        assert_eq!(unescape("/a\\777"), PathBuf::from("/a\\777"));
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(unescape("/a\\377").as_os_str().as_bytes(), b"/a\xff");
     }
 
     #[test]
