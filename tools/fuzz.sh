@@ -11,10 +11,13 @@
 # fuzz/corpus/<target>/ once fixed (fuzz/tests/corpus.rs then keeps it fixed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_only=0
+if [ "${1:-}" = build ]; then
+  build_only=1
+  shift
+fi
 seconds=${1:-60}
 shift || true
-build_only=0
-[ "$seconds" != build ] || build_only=1
 targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(fabric_wire handshake dfs_request node_protocols csi_fields dpu_channel fuse_request mgmt_request)
