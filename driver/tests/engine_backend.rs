@@ -1,5 +1,6 @@
 //! A worker serving an engine container over the fabric (`--backend engine:<addr>`): the mount
-//! outlives an engine crash (the tenant session reconnects, nothing fsync'd is lost), the
+//! outlives an engine crash (the tenant session reconnects, nothing fsync'd is lost, and an
+//! fsync after it reports the unsynced writes the crash may have taken), the
 //! capability file is renewed in place and presented at the next reconnect, an expired one is
 //! refused there, and a worker holding an untrusted capability does not start.
 
@@ -43,6 +44,34 @@ fn the_mount_survives_an_engine_crash() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     assert_eq!(names.len(), 2, "{names:?}");
+}
+
+/// The engine answers writes before they are durable and a crash loses what no fsync covered:
+/// the fsync after the restart must say so (EIO, once), never succeed over lost bytes.
+#[test]
+fn an_fsync_after_an_engine_crash_reports_the_writes_it_may_have_lost() {
+    use std::io::Write;
+    if !can_mount() {
+        return;
+    }
+    let mut backing = EngineBacking::start();
+    let w = WorkerProc::start(&backing, uncached());
+    let mut unsynced = std::fs::File::create(w.path("unsynced")).unwrap();
+    unsynced.write_all(&body(3)).unwrap();
+    let mut synced = std::fs::File::create(w.path("synced")).unwrap();
+    synced.write_all(&body(5)).unwrap();
+    synced.sync_all().unwrap();
+    backing.volume.engine.crash_and_restart().unwrap();
+    let e = unsynced
+        .sync_all()
+        .expect_err("writes the crashed engine took, unsynced");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    unsynced.sync_all().expect("the loss is reported once");
+    synced.sync_all().expect("nothing changed since its fsync");
+    assert_eq!(std::fs::read(w.path("synced")).unwrap(), body(5));
+    // Writes the new engine takes are its own to make durable.
+    synced.write_all(b"more").unwrap();
+    synced.sync_all().unwrap();
 }
 
 #[test]

@@ -8,10 +8,11 @@
 //! a time), so several chunks are on the wire at once instead of one round trip after
 //! another.
 
+mod unstable;
 mod wire;
 
 use super::transport::{Bulk, DfsTransport};
-use super::{Attr, DfsResult, Oid, ROOT_OID};
+use super::{Attr, DfsError, DfsResult, Errno, Oid, ROOT_OID};
 use dpufs_proto::dfs::MAX_INLINE;
 use dpufs_proto::engine::v1::{self as proto, dfs_reply::Result as Res, dfs_request::Op};
 use prost::Message;
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+use unstable::{Lost, Unstable};
 
 /// Pieces of one large read or write in flight at once, by default.
 pub const DEFAULT_PIPELINE_DEPTH: usize = 4;
@@ -45,6 +47,7 @@ pub struct EngineDfs {
     next_id: AtomicU64,
     depth: usize,
     changed_dirs: ChangedDirs,
+    unstable: Unstable,
 }
 
 /// Directories as this client's last change of an entry left them (`DfsReply.dirs`), until
@@ -79,6 +82,19 @@ impl ChangedDirs {
     fn take(&self, dir: Oid) -> Option<(Attr, Instant)> {
         self.0.lock().expect("changed directories").remove(&dir)
     }
+}
+
+/// The error of an fsync (or a change) whose changes to `oid` an engine that is gone
+/// acknowledged.
+fn lost(oid: Oid, lost: Lost) -> DfsError {
+    DfsError::new(
+        Errno::IO,
+        format!(
+            "object {oid:#x}: the engine restarted after it acknowledged changes no fsync had \
+             made durable (verifier {:#x}); they may be lost",
+            lost.verifier
+        ),
+    )
 }
 
 fn expect<T>(what: &str, res: Option<Res>, pick: impl FnOnce(Res) -> Option<T>) -> DfsResult<T> {
@@ -129,6 +145,7 @@ impl EngineDfs {
             next_id: AtomicU64::new(1),
             depth: DEFAULT_PIPELINE_DEPTH,
             changed_dirs: ChangedDirs::default(),
+            unstable: Unstable::new(Unstable::MAX),
         };
         let info = expect(
             "Mount",
@@ -167,6 +184,56 @@ impl EngineDfs {
 
     /// One request and its reply; an errno reply becomes the error.
     fn call(&self, op: Op, bulk: Bulk<'_>) -> DfsResult<Option<Res>> {
+        self.exchange(op, bulk).map(|(result, _)| result)
+    }
+
+    /// A change of `oids`: one request and its reply, the change recorded under the reply's
+    /// write verifier until an fsync covers it (see `unstable.rs`).
+    fn change(&self, oids: &[Oid], op: Op, bulk: Bulk<'_>) -> DfsResult<Option<Res>> {
+        let (result, verifier) = self.exchange(op, bulk)?;
+        for &oid in oids {
+            self.record(oid, verifier)?;
+        }
+        Ok(result)
+    }
+
+    /// Records a change of `oid` acknowledged under `verifier`. With the table full, the
+    /// whole container is synced first; the change fails with EIO if the engine that
+    /// acknowledged it is gone by then.
+    fn record(&self, oid: Oid, verifier: u64) -> DfsResult<()> {
+        if self.unstable.changed(oid, verifier) {
+            return Ok(());
+        }
+        let synced = self.sync_all()?;
+        if synced != verifier {
+            return Err(lost(oid, Lost { verifier }));
+        }
+        Ok(())
+    }
+
+    /// Makes every change to the container durable (`Syncfs`); the verifier it was
+    /// answered under.
+    fn sync_all(&self) -> DfsResult<u64> {
+        let mark = self.unstable.mark();
+        let (_, verifier) = self.exchange(Op::Syncfs(proto::Syncfs {}), Bulk::None)?;
+        self.unstable.synced_all(mark, verifier);
+        Ok(verifier)
+    }
+
+    /// Makes `oid`'s changes durable (`Fsync`); EIO, once, if an engine that acknowledged
+    /// some of them is gone.
+    fn sync_object(&self, oid: Oid, datasync: bool) -> DfsResult<()> {
+        let mark = self.unstable.mark();
+        let op = Op::Fsync(proto::Fsync { oid, datasync });
+        let (_, verifier) = self.exchange(op, Bulk::None)?;
+        self.unstable
+            .synced(oid, mark, verifier)
+            .map_err(|l| lost(oid, l))
+    }
+
+    /// One request and its reply with the reply's write verifier; an errno reply becomes
+    /// the error.
+    fn exchange(&self, op: Op, bulk: Bulk<'_>) -> DfsResult<(Option<Res>, u64)> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let request = proto::DfsRequest { id, op: Some(op) }.encode_to_vec();
         let reply = self.transport.call(&request, bulk)?;
@@ -184,7 +251,7 @@ impl EngineDfs {
         if !reply.dirs.is_empty() {
             self.changed_dirs.record(reply.dirs);
         }
-        Ok(reply.result)
+        Ok((reply.result, reply.verifier))
     }
 
     fn bytes_of(what: &str, res: Option<Res>, max: usize) -> DfsResult<usize> {
@@ -247,7 +314,7 @@ impl EngineDfs {
         } else {
             Bulk::ToServer(data)
         };
-        let n = Self::bytes_of("Write", self.call(op, bulk)?, data.len())?;
+        let n = Self::bytes_of("Write", self.change(&[oid], op, bulk)?, data.len())?;
         if n != data.len() {
             return Err(wire::protocol_error(format!(
                 "wrote {n} of {} bytes",

@@ -36,6 +36,7 @@ fn changes(op: &Op) -> bool {
         | Op::Readlink(_)
         | Op::Read(_)
         | Op::Fsync(_)
+        | Op::Syncfs(_)
         | Op::Statfs(_)
         | Op::Getxattr(_)
         | Op::Listxattr(_) => false,
@@ -241,6 +242,12 @@ fn run_op(
             if !ns.read_only() {
                 // Data and metadata together: fdatasync is no cheaper here.
                 ns.fsync(f.oid)?;
+            }
+            return Ok(None);
+        }
+        Op::Syncfs(_) => {
+            if !ns.read_only() {
+                ns.sync_all()?;
             }
             return Ok(None);
         }

@@ -158,18 +158,21 @@ impl DataService {
         bulk: &mut dyn BulkIo,
     ) -> DfsReply {
         let id = req.id;
-        match dispatch::run(&self.volumes, ctx, req, bulk) {
+        let mut reply = match dispatch::run(&self.volumes, ctx, req, bulk) {
             Ok(answer) => DfsReply {
                 id,
                 errno: 0,
                 detail: String::new(),
                 result: answer.result,
                 dirs: answer.dirs,
+                verifier: 0,
             },
             Err(e) => {
                 tracing::debug!(id, errno = e.errno.0, detail = %e.detail, "dfs request failed");
                 wire::failure(id, e)
             }
-        }
+        };
+        reply.verifier = self.volumes.verifier();
+        reply
     }
 }

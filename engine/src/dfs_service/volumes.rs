@@ -42,6 +42,9 @@ pub struct Volumes {
     inner: Mutex<Open>,
     /// Serializes snapshot, clone and destroy of namespaces (they pick epochs and paths).
     lifecycle: Mutex<()>,
+    /// The write verifier of every reply (`DfsReply.verifier`): these open namespaces hold
+    /// the changes no fsync has made durable yet, and they die with this value.
+    verifier: u64,
 }
 
 #[derive(Debug, Default)]
@@ -55,6 +58,12 @@ fn prop(cont: &ContRecord, number: u32) -> Option<u64> {
         Some(Stored::Num(n)) => Some(*n),
         _ => None,
     }
+}
+
+/// A write verifier no earlier start of this engine had: random, never 0 (the value of an
+/// engine that does not say).
+fn new_verifier() -> u64 {
+    uuid::Uuid::new_v4().as_u64_pair().0.max(1)
 }
 
 /// The chunk size a container's namespace is created with.
@@ -76,7 +85,13 @@ impl Volumes {
             store,
             inner: Mutex::default(),
             lifecycle: Mutex::default(),
+            verifier: new_verifier(),
         }
+    }
+
+    /// What every reply of this engine says its changes die with (see [`Volumes::verifier`]).
+    pub fn verifier(&self) -> u64 {
+        self.verifier
     }
 
     fn lock(&self) -> MutexGuard<'_, Open> {

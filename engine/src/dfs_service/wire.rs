@@ -86,5 +86,6 @@ pub fn failure(id: u64, e: DfsError) -> proto::DfsReply {
         detail,
         result: None,
         dirs: Vec::new(),
+        verifier: 0,
     }
 }

@@ -417,6 +417,14 @@ impl Namespace {
         self.meta.commit_durably()
     }
 
+    /// Makes every change so far durable (syncfs(2)): every object's chunk data, the chunk
+    /// directories, then the metadata. A queued write that failed stays to be reported to
+    /// its object's next [`Namespace::fsync`].
+    pub fn sync_all(&self) -> DfsResult<()> {
+        self.chunks.sync_every_object()?;
+        self.meta.commit_durably()
+    }
+
     pub fn setxattr(&self, oid: Oid, name: &str, value: &[u8], how: XattrSet) -> DfsResult<()> {
         self.meta.setxattr(oid, name, value, how)
     }

@@ -562,3 +562,21 @@ fn an_orderly_close_keeps_unrecorded_writes() {
     assert_eq!(read_all(&again, f.oid), pattern(5000, 4));
     assert_eq!(again.used().unwrap(), 5000);
 }
+
+#[test]
+fn a_sync_of_everything_makes_every_objects_writes_survive_a_crash() {
+    let (disk, ns) = fresh(None);
+    let a = ns.create(ROOT, "a", 0o644, 0, 0).unwrap();
+    let b = ns.create(ROOT, "b", 0o644, 0, 0).unwrap();
+    ns.write(a.oid, 0, b"first file").unwrap();
+    ns.write(b.oid, 4096, b"second file").unwrap();
+    ns.sync_all().unwrap();
+    let crashed = disk.crash();
+    drop(ns);
+    let after = Namespace::open(Arc::new(crashed), config(None)).unwrap();
+    let a = after.lookup(ROOT, "a").unwrap();
+    let b = after.lookup(ROOT, "b").unwrap();
+    assert_eq!(read_all(&after, a.oid), b"first file");
+    let second = read_all(&after, b.oid);
+    assert_eq!((second.len(), &second[4096..]), (4107, &b"second file"[..]));
+}

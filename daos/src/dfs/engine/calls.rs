@@ -29,7 +29,7 @@ impl Dfs for EngineDfs {
     fn setattr(&self, oid: Oid, set: &SetAttr) -> DfsResult<Attr> {
         attr_of(
             "SetAttr",
-            self.call(Op::Setattr(wire::set_attr(oid, set)), Bulk::None)?,
+            self.change(&[oid], Op::Setattr(wire::set_attr(oid, set)), Bulk::None)?,
         )
     }
 
@@ -49,7 +49,7 @@ impl Dfs for EngineDfs {
             uid,
             gid,
         });
-        attr_of("Create", self.call(op, Bulk::None)?)
+        self.made("Create", parent, op)
     }
 
     fn open(&self, oid: Oid, write: bool) -> DfsResult<Attr> {
@@ -99,12 +99,11 @@ impl Dfs for EngineDfs {
             len,
             keep_size,
         });
-        self.call(op, Bulk::None).map(drop)
+        self.change(&[oid], op, Bulk::None).map(drop)
     }
 
     fn fsync(&self, oid: Oid, datasync: bool) -> DfsResult<()> {
-        self.call(Op::Fsync(proto::Fsync { oid, datasync }), Bulk::None)
-            .map(drop)
+        self.sync_object(oid, datasync)
     }
 
     fn rename(
@@ -122,7 +121,7 @@ impl Dfs for EngineDfs {
             new_name: new_name.to_string(),
             noreplace,
         });
-        self.call(op, Bulk::None).map(drop)
+        self.change(&[parent, new_parent], op, Bulk::None).map(drop)
     }
 
     fn unlink(&self, parent: Oid, name: &str) -> DfsResult<()> {
@@ -130,7 +129,7 @@ impl Dfs for EngineDfs {
             parent,
             name: name.to_string(),
         });
-        self.call(op, Bulk::None).map(drop)
+        self.change(&[parent], op, Bulk::None).map(drop)
     }
 
     fn take_changed_dir(&self, dir: Oid) -> Option<(Attr, Instant)> {
@@ -150,7 +149,7 @@ impl Dfs for EngineDfs {
             uid,
             gid,
         });
-        attr_of("Mkdir", self.call(op, Bulk::None)?)
+        self.made("Mkdir", parent, op)
     }
 
     fn rmdir(&self, parent: Oid, name: &str) -> DfsResult<()> {
@@ -158,7 +157,7 @@ impl Dfs for EngineDfs {
             parent,
             name: name.to_string(),
         });
-        self.call(op, Bulk::None).map(drop)
+        self.change(&[parent], op, Bulk::None).map(drop)
     }
 
     fn symlink(
@@ -176,7 +175,7 @@ impl Dfs for EngineDfs {
             uid,
             gid,
         });
-        attr_of("Symlink", self.call(op, Bulk::None)?)
+        self.made("Symlink", parent, op)
     }
 
     fn readlink(&self, oid: Oid) -> DfsResult<String> {
@@ -204,7 +203,7 @@ impl Dfs for EngineDfs {
             create: mode == XattrMode::Create,
             replace: mode == XattrMode::Replace,
         });
-        self.call(op, Bulk::None).map(drop)
+        self.change(&[oid], op, Bulk::None).map(drop)
     }
 
     fn getxattr(&self, oid: Oid, name: &str) -> DfsResult<Vec<u8>> {
@@ -231,7 +230,7 @@ impl Dfs for EngineDfs {
             oid,
             name: name.to_string(),
         });
-        self.call(op, Bulk::None).map(drop)
+        self.change(&[oid], op, Bulk::None).map(drop)
     }
 
     fn statfs(&self) -> DfsResult<StatFs> {
@@ -262,6 +261,16 @@ impl EngineDfs {
             }),
             _ => None,
         })
+    }
+
+    /// A Create, Mkdir or Symlink in `parent`: the new object's attributes, the change
+    /// recorded against both.
+    fn made(&self, what: &str, parent: Oid, op: Op) -> DfsResult<Attr> {
+        let (result, verifier) = self.exchange(op, Bulk::None)?;
+        let attr = attr_of(what, result)?;
+        self.record(parent, verifier)?;
+        self.record(attr.oid, verifier)?;
+        Ok(attr)
     }
 
     /// Writes `data` in `max_io` pieces, pipelined; `writer` as for [`Self::write_piece`].

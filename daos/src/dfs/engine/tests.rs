@@ -1,7 +1,7 @@
 use super::*;
 use crate::dfs::transport::TransportReply;
 use crate::dfs::{Dfs, DfsError, Errno, XATTR_VALUE_MAX, XattrMode};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::time::Duration;
 
 /// One file in memory behind a fake data service, counting requests in flight.
@@ -17,6 +17,12 @@ struct FakeEngine {
     max_inline: usize,
     /// Reads and writes that came inline (no bulk).
     inline_calls: AtomicUsize,
+    /// The write verifier of every reply: a test changes it to restart the engine.
+    verifier: AtomicU64,
+    /// Syncfs requests served.
+    syncfs_calls: AtomicUsize,
+    /// The engine restarts just before it serves the next Syncfs.
+    restart_at_syncfs: std::sync::atomic::AtomicBool,
 }
 
 const MAX_IO: usize = 1000;
@@ -37,6 +43,7 @@ impl DfsTransport for FakeEngine {
             } else {
                 req.id
             },
+            verifier: self.verifier.load(Ordering::SeqCst),
             ..Default::default()
         };
         let mut moved = 0;
@@ -78,6 +85,13 @@ impl DfsTransport for FakeEngine {
                 self.store(w.offset as usize, data);
                 moved = data.len();
                 reply.result = Some(Res::Bytes(data.len() as u32));
+            }
+            (Op::Fsync(_), _) => {}
+            (Op::Syncfs(_), _) => {
+                self.syncfs_calls.fetch_add(1, Ordering::SeqCst);
+                if self.restart_at_syncfs.swap(false, Ordering::SeqCst) {
+                    reply.verifier = self.verifier.fetch_add(1, Ordering::SeqCst) + 1;
+                }
             }
             (Op::Getattr(_), _) => {
                 reply.errno = libc::ENOENT;
@@ -243,4 +257,46 @@ fn a_directory_keeps_the_attributes_of_its_latest_change_until_taken() {
     assert_eq!((attr.ctime.secs, attr.mode), (20, 0o40755));
     assert!(dirs.take(7).is_none(), "answered once");
     assert!(dirs.take(8).is_none());
+}
+
+#[test]
+fn an_fsync_fails_once_when_the_engine_that_took_the_writes_restarted() {
+    let (fake, dfs) = mounted();
+    fake.verifier.store(0x100, Ordering::SeqCst);
+    dfs.write(2, 0, &[1; 10]).unwrap();
+    dfs.write(3, 0, &[1; 10]).unwrap();
+    dfs.fsync(3, false).expect("the same engine: durable");
+    fake.verifier.store(0x200, Ordering::SeqCst);
+    dfs.write(2, 10, &[2; 10]).unwrap();
+    let e = dfs.fsync(2, false).unwrap_err();
+    assert_eq!(e.errno, Errno::IO);
+    assert!(e.detail.contains("restarted"), "{e:?}");
+    dfs.fsync(2, false).expect("reported once");
+    dfs.fsync(3, false)
+        .expect("object 3 was synced before the restart");
+    // A change after the restart is the new engine's.
+    dfs.write(3, 0, &[3; 10]).unwrap();
+    dfs.fsync(3, true)
+        .expect("the new engine's change, synced by it");
+}
+
+#[test]
+fn a_full_table_of_unsynced_objects_syncs_the_container() {
+    let (fake, mut dfs) = mounted();
+    dfs.unstable = Unstable::new(2);
+    fake.verifier.store(0x100, Ordering::SeqCst);
+    dfs.write(2, 0, &[1; 10]).unwrap();
+    dfs.write(3, 0, &[1; 10]).unwrap();
+    assert_eq!(fake.syncfs_calls.load(Ordering::SeqCst), 0);
+    dfs.write(4, 0, &[1; 10]).unwrap();
+    assert_eq!(fake.syncfs_calls.load(Ordering::SeqCst), 1);
+    // The sync emptied the table: two more objects fit without another.
+    dfs.write(5, 0, &[1; 10]).unwrap();
+    dfs.write(6, 0, &[1; 10]).unwrap();
+    assert_eq!(fake.syncfs_calls.load(Ordering::SeqCst), 1);
+    // A restart between a change and the sync it forced fails that change.
+    fake.restart_at_syncfs.store(true, Ordering::SeqCst);
+    dfs.unstable = Unstable::new(0);
+    let e = dfs.write(7, 0, &[1; 10]).unwrap_err();
+    assert_eq!(e.errno, Errno::IO);
 }

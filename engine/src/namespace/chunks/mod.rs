@@ -520,6 +520,14 @@ impl ChunkStore {
         self.sync_dirs(&mut st)
     }
 
+    /// Makes every object's data durable, as [`ChunkStore::sync_object`] does one's;
+    /// failures of queued writes stay for each object's next fsync.
+    pub fn sync_every_object(&self) -> DfsResult<()> {
+        let mut st = self.writes.drain(self.writes.lock());
+        self.sync_dirty(&mut st, None)?;
+        self.sync_dirs(&mut st)
+    }
+
     /// Empties detached spares (see [`Quiesced::detach_removed`]) and keeps them for new
     /// chunks. A crash before a spare is emptied leaves its bytes on the disk until a new
     /// chunk takes it, which empties it first.

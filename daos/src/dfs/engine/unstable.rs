@@ -1,0 +1,188 @@
+//! The objects this client changed since their last fsync, each with the write verifier of
+//! the engine that acknowledged the change (`DfsReply.verifier`).
+//!
+//! The engine answers a change before it is durable; a crash of the engine loses every change
+//! no fsync has covered. Once restarted it answers with a new verifier, so an object's fsync
+//! answered under another verifier than one of its changes means the change may be lost: the
+//! fsync fails with EIO, once, as Linux reports a writeback error. (NFSv3 clients compare the
+//! verifiers of WRITE and COMMIT the same way; they keep the data and send it again, which a
+//! client without a page cache cannot.)
+//!
+//! The table holds at most [`Unstable::MAX`] objects. A change that would go past that makes
+//! the client sync the whole container first (`Syncfs`), as the kernel makes a writer wait
+//! for writeback once too much is dirty: memory stays bounded and nothing goes untracked.
+
+use super::Oid;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// An object's changes since its last fsync.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    /// The verifier of the oldest of them.
+    verifier: u64,
+    /// The mark ([`Unstable::mark`]) of the newest.
+    last: u64,
+}
+
+#[derive(Debug)]
+pub(super) struct Unstable {
+    objects: Mutex<HashMap<Oid, Pending>>,
+    /// Counts changes, so an fsync forgets only what happened before it was sent.
+    marks: AtomicU64,
+    max: usize,
+}
+
+/// Changes acknowledged by an engine that is gone: `verifier` was its.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Lost {
+    pub verifier: u64,
+}
+
+impl Unstable {
+    /// Objects tracked at most: about 40 bytes each in the table.
+    pub const MAX: usize = 1 << 18;
+
+    pub fn new(max: usize) -> Unstable {
+        Unstable {
+            objects: Mutex::default(),
+            marks: AtomicU64::new(0),
+            max,
+        }
+    }
+
+    fn objects(&self) -> std::sync::MutexGuard<'_, HashMap<Oid, Pending>> {
+        self.objects.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Where the changes stand now; an fsync sent after this covers every change before it.
+    pub fn mark(&self) -> u64 {
+        self.marks.load(Ordering::Acquire)
+    }
+
+    /// Records that `oid` changed under `verifier`. False when the table is full and `oid`
+    /// is not in it: the caller syncs the container ([`Unstable::synced_all`]) and records
+    /// the change again.
+    pub fn changed(&self, oid: Oid, verifier: u64) -> bool {
+        if verifier == 0 {
+            // An engine that does not say: nothing to compare.
+            return true;
+        }
+        let mut objects = self.objects();
+        let last = self.marks.fetch_add(1, Ordering::AcqRel) + 1;
+        if let Some(p) = objects.get_mut(&oid) {
+            p.last = last;
+            return true;
+        }
+        if objects.len() >= self.max {
+            return false;
+        }
+        objects.insert(oid, Pending { verifier, last });
+        true
+    }
+
+    /// `oid`'s fsync, sent at `mark`, was answered under `verifier`. Its changes before the
+    /// mark are durable unless one was acknowledged by another engine: then they may be
+    /// lost, and this says so once.
+    pub fn synced(&self, oid: Oid, mark: u64, verifier: u64) -> Result<(), Lost> {
+        let mut objects = self.objects();
+        let Some(p) = objects.get(&oid).copied() else {
+            return Ok(());
+        };
+        if p.last <= mark {
+            objects.remove(&oid);
+        } else if let Some(p) = objects.get_mut(&oid) {
+            // Changed again while the fsync was on its way: the newer change is not covered
+            // and is tracked from here under the fsync's verifier.
+            p.verifier = verifier;
+        }
+        match verifier != 0 && p.verifier != verifier {
+            true => Err(Lost {
+                verifier: p.verifier,
+            }),
+            false => Ok(()),
+        }
+    }
+
+    /// The whole container was synced, sent at `mark`, answered under `verifier`: every
+    /// object whose changes that covered and that engine acknowledged leaves the table.
+    /// Objects with changes from an engine that is gone stay, for their own fsync to report.
+    pub fn synced_all(&self, mark: u64, verifier: u64) {
+        self.objects()
+            .retain(|_, p| p.last > mark || p.verifier != verifier);
+    }
+
+    /// Objects tracked now.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.objects().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_fsync_under_the_verifier_of_the_changes_succeeds_and_forgets_them() {
+        let u = Unstable::new(8);
+        assert!(u.changed(7, 100));
+        assert!(u.changed(7, 100));
+        assert_eq!(u.len(), 1);
+        let mark = u.mark();
+        assert_eq!(u.synced(7, mark, 100), Ok(()));
+        assert_eq!(u.len(), 0);
+    }
+
+    #[test]
+    fn an_fsync_after_the_engine_restarted_reports_the_loss_once() {
+        let u = Unstable::new(8);
+        assert!(u.changed(7, 100));
+        // The engine restarted: a later change keeps the oldest verifier.
+        assert!(u.changed(7, 200));
+        let mark = u.mark();
+        assert_eq!(u.synced(7, mark, 200), Err(Lost { verifier: 100 }));
+        assert_eq!(u.synced(7, u.mark(), 200), Ok(()), "reported once");
+        // Another object, never changed under the old engine, syncs fine.
+        assert!(u.changed(8, 200));
+        assert_eq!(u.synced(8, u.mark(), 200), Ok(()));
+    }
+
+    #[test]
+    fn a_change_after_the_fsync_was_sent_stays_tracked() {
+        let u = Unstable::new(8);
+        assert!(u.changed(7, 100));
+        let mark = u.mark();
+        assert!(u.changed(7, 100));
+        assert_eq!(u.synced(7, mark, 100), Ok(()));
+        assert_eq!(u.len(), 1);
+        // The engine restarts before the newer change is synced.
+        assert_eq!(u.synced(7, u.mark(), 200), Err(Lost { verifier: 100 }));
+    }
+
+    #[test]
+    fn a_full_table_refuses_new_objects_until_a_sync_of_everything() {
+        let u = Unstable::new(2);
+        assert!(u.changed(1, 100));
+        assert!(u.changed(2, 200));
+        assert!(
+            u.changed(1, 200),
+            "an object already tracked is always taken"
+        );
+        assert!(!u.changed(3, 200));
+        u.synced_all(u.mark(), 200);
+        // Object 1's first change was the old engine's: it stays for its fsync to report.
+        assert_eq!(u.len(), 1);
+        assert!(u.changed(3, 200));
+        assert_eq!(u.synced(1, u.mark(), 200), Err(Lost { verifier: 100 }));
+    }
+
+    #[test]
+    fn an_engine_that_does_not_say_is_never_suspected() {
+        let u = Unstable::new(8);
+        assert!(u.changed(7, 0));
+        assert_eq!(u.len(), 0);
+        assert_eq!(u.synced(7, u.mark(), 0), Ok(()));
+    }
+}
