@@ -247,11 +247,29 @@ impl EngineProcess {
         self.restart_with(opts)
     }
 
+    /// Stops the engine in order (SIGTERM: it makes every open volume durable) and starts it
+    /// again on the same addresses and data directory.
+    pub fn stop_and_restart(&mut self) -> anyhow::Result<()> {
+        let pid = libc::pid_t::try_from(self.child.id())?;
+        // SAFETY: kill(2) on our own child's pid, which we have not reaped yet.
+        if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        let status = self.child.wait()?;
+        anyhow::ensure!(status.success(), "the engine stopped with {status}");
+        self.start_again(self.opts.clone())
+    }
+
     /// Kills the engine and starts it again on the same addresses (management and fabric)
     /// and data directory with other options.
     pub fn restart_with(&mut self, opts: EngineOpts) -> anyhow::Result<()> {
         self.child.kill()?;
         self.child.wait()?;
+        self.start_again(opts)
+    }
+
+    /// Starts the engine again, once the old process is gone, on its addresses.
+    fn start_again(&mut self, opts: EngineOpts) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match Self::start_on(&self.data_dir, opts.clone(), &self.addr, self.fabric_addr) {

@@ -116,6 +116,13 @@ impl Engine {
         &self.volumes
     }
 
+    /// An orderly stop of the data path, once the data service serves no more requests:
+    /// every open volume made durable and the write verifier kept for the next start
+    /// (`dfs_service::verifier`).
+    pub fn stop_volumes(&self) -> crate::namespace::DfsResult<()> {
+        self.volumes.stop()
+    }
+
     /// The directory of `pool` on `rank`.
     pub fn pool_dir(&self, rank: u32, pool_uuid: &str) -> PathBuf {
         self.layout.pool_dir(rank, pool_uuid)

@@ -24,6 +24,11 @@ impl Layout {
         self.data_dir.join("engine.redb")
     }
 
+    /// The write verifier an orderly stop leaves for the next start (`dfs_service::verifier`).
+    pub fn verifier(&self) -> PathBuf {
+        self.data_dir.join("verifier")
+    }
+
     /// The directory of `rank`.
     pub fn rank_dir(&self, rank: u32) -> PathBuf {
         self.data_dir.join("ranks").join(rank.to_string())

@@ -133,8 +133,9 @@ async fn main() -> anyhow::Result<()> {
         let engine = start(cfg, SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         let data = start_data(&engine, &args)?;
         announce(&engine, &args.listen)?;
-        let served = serve_unix(router(EngineServices::new(engine))?, listener, shutdown).await;
-        stop_data(data);
+        let services = EngineServices::new(engine.clone());
+        let served = serve_unix(router(services)?, listener, shutdown).await;
+        stop_data(&engine, data);
         served
     } else {
         let listener = tokio::net::TcpListener::bind(&args.listen)
@@ -144,14 +145,14 @@ async fn main() -> anyhow::Result<()> {
         let engine = start(cfg, local).await?;
         let data = start_data(&engine, &args)?;
         announce(&engine, &local.to_string())?;
-        let router = router(EngineServices::new(engine))?;
+        let router = router(EngineServices::new(engine.clone()))?;
         let served = match acceptor {
             Some(acceptor) => {
                 serve_tls(router, listener, acceptor, args.admission(), shutdown).await
             }
             None => serve_tcp(router, listener, args.admission(), shutdown).await,
         };
-        stop_data(data);
+        stop_data(&engine, data);
         served
     }
 }
@@ -190,11 +191,18 @@ fn start_data(engine: &Arc<Engine>, args: &Args) -> anyhow::Result<Option<Box<dy
     Ok(Some(server))
 }
 
-fn stop_data(data: Option<Box<dyn DataServer>>) {
+/// Stops the fabric data service, then makes every open volume durable so the next start
+/// keeps the write verifier (clients' unsynced changes survived: no EIO at their fsync).
+fn stop_data(engine: &Engine, data: Option<Box<dyn DataServer>>) {
     if let Some(server) = data
         && let Err(e) = server.shutdown()
     {
         tracing::warn!("stopping the fabric data service: {e}");
+        return;
+    }
+    match engine.stop_volumes() {
+        Ok(()) => tracing::info!("every open volume is durable; the write verifier is kept"),
+        Err(e) => tracing::warn!("{e}; the next start draws a new write verifier"),
     }
 }
 

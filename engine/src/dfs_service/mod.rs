@@ -14,6 +14,7 @@ mod budget;
 mod dispatch;
 pub mod fabric;
 mod lifecycle;
+mod verifier;
 mod volumes;
 mod wire;
 

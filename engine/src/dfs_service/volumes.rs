@@ -43,7 +43,7 @@ pub struct Volumes {
     /// Serializes snapshot, clone and destroy of namespaces (they pick epochs and paths).
     lifecycle: Mutex<()>,
     /// The write verifier of every reply (`DfsReply.verifier`): these open namespaces hold
-    /// the changes no fsync has made durable yet, and they die with this value.
+    /// the changes no fsync has made durable yet, and a crash loses them with this value.
     verifier: u64,
 }
 
@@ -58,12 +58,6 @@ fn prop(cont: &ContRecord, number: u32) -> Option<u64> {
         Some(Stored::Num(n)) => Some(*n),
         _ => None,
     }
-}
-
-/// A write verifier no earlier start of this engine had: random, never 0 (the value of an
-/// engine that does not say).
-fn new_verifier() -> u64 {
-    uuid::Uuid::new_v4().as_u64_pair().0.max(1)
 }
 
 /// The chunk size a container's namespace is created with.
@@ -81,12 +75,24 @@ impl Volumes {
     /// of `store`.
     pub(crate) fn new(layout: Layout, store: Arc<Store>) -> Volumes {
         Volumes {
+            verifier: super::verifier::take(&layout),
             layout,
             store,
             inner: Mutex::default(),
             lifecycle: Mutex::default(),
-            verifier: new_verifier(),
         }
+    }
+
+    /// An orderly stop, once no request is served any more: every open namespace's changes
+    /// made durable, then the verifier left for the next start, which keeps it (nothing its
+    /// replies acknowledged is lost; `verifier.rs`).
+    pub fn stop(&self) -> DfsResult<()> {
+        let open: Vec<Arc<Namespace>> = self.lock().namespaces.values().cloned().collect();
+        for ns in open.iter().filter(|ns| !ns.read_only()) {
+            ns.sync_all()?;
+        }
+        super::verifier::leave(&self.layout, self.verifier)
+            .map_err(|e| DfsError::new(Errno::IO, format!("leaving the write verifier: {e}")))
     }
 
     /// What every reply of this engine says its changes die with (see [`Volumes::verifier`]).
