@@ -667,6 +667,46 @@ async fn capabilities_are_renewed_so_a_reconnect_after_their_lifetime_succeeds()
     bed.unmount(&id, (staging, target)).await;
 }
 
+/// A worker replaced after `kill -9` makes its predecessor's unsynced changes durable before it
+/// serves: the table of those changes (docs/dfs.md, "Durability") died with the predecessor, so
+/// without that an engine crash after the replacement would take them and the next fsync would
+/// not say so. Here the file opened before the replacement keeps its bytes across the crash.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replacement_worker_makes_its_predecessors_unsynced_writes_durable() {
+    use std::io::Write;
+    if !can_mount() {
+        return;
+    }
+    let mut bed = bed().await;
+    let id = bed.create("pvc-r", "ns-a").await.volume_id;
+    let (staging, target) = bed.mount(&id, "pod").await;
+    let body: Vec<u8> = (0..(1 << 20) + 4321).map(|i| (i % 251) as u8).collect();
+    let mut unsynced = std::fs::File::create(target.join("unsynced")).unwrap();
+    unsynced.write_all(&body).unwrap();
+    let (volume, pid) = bed.keeper_volumes()[0].clone();
+    let old = pid.expect("a worker");
+    dpufs_e2e::kill9(old);
+    wait_until("a replacement worker serves", || {
+        let now = bed.keeper_volumes()[0].1;
+        now.is_some_and(|pid| pid != old)
+            && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| bed.worker_health(&volume)))
+                .is_ok()
+    });
+    tokio::task::block_in_place(|| bed.vol.engine.crash_and_restart()).expect("engine back");
+    let back = tokio::task::spawn_blocking({
+        let target = target.clone();
+        move || {
+            unsynced.sync_all()?;
+            std::fs::read(target.join("unsynced"))
+        }
+    })
+    .await
+    .unwrap()
+    .expect("fsync and read after the replacement and the crash");
+    assert!(back == body, "{} bytes back of {}", back.len(), body.len());
+    bed.unmount(&id, (staging, target)).await;
+}
+
 /// A node over `max_volumes_per_node` refuses the next stage with RESOURCE_EXHAUSTED and a
 /// message that names the limit, mounts nothing for it, and keeps serving the volumes it has;
 /// once one is unstaged, the refused volume stages.

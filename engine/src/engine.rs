@@ -123,6 +123,12 @@ impl Engine {
         self.volumes.stop()
     }
 
+    /// Makes every open volume durable, keeping no verifier (a stop that could not make sure
+    /// no request was still being served).
+    pub fn sync_volumes(&self) -> crate::namespace::DfsResult<()> {
+        self.volumes.sync_open().map(drop)
+    }
+
     /// The directory of `pool` on `rank`.
     pub fn pool_dir(&self, rank: u32, pool_uuid: &str) -> PathBuf {
         self.layout.pool_dir(rank, pool_uuid)

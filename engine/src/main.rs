@@ -197,7 +197,13 @@ fn stop_data(engine: &Engine, data: Option<Box<dyn DataServer>>) {
     if let Some(server) = data
         && let Err(e) = server.shutdown()
     {
-        tracing::warn!("stopping the fabric data service: {e}");
+        // Requests may still be in flight: sync, but keep no verifier.
+        tracing::warn!(
+            "stopping the fabric data service: {e}; the next start draws a new write verifier"
+        );
+        if let Err(e) = engine.sync_volumes() {
+            tracing::warn!("{e}");
+        }
         return;
     }
     match engine.stop_volumes() {

@@ -204,7 +204,7 @@ impl EngineDfs {
         if self.unstable.changed(oid, verifier) {
             return Ok(());
         }
-        let synced = self.sync_all()?;
+        let synced = self.sync_container()?;
         if synced != verifier {
             return Err(lost(oid, Lost { verifier }));
         }
@@ -213,7 +213,7 @@ impl EngineDfs {
 
     /// Makes every change to the container durable (`Syncfs`); the verifier it was
     /// answered under.
-    fn sync_all(&self) -> DfsResult<u64> {
+    fn sync_container(&self) -> DfsResult<u64> {
         let mark = self.unstable.mark();
         let (_, verifier) = self.exchange(Op::Syncfs(proto::Syncfs {}), Bulk::None)?;
         self.unstable.synced_all(mark, verifier);

@@ -269,6 +269,14 @@ pub trait Dfs: Send + Sync {
         self.readdir(dir, cookie, max)
     }
 
+    /// Makes every change to the container so far durable, as syncfs(2) does. A worker that
+    /// takes over from a predecessor calls it first: the changes the predecessor answered
+    /// but no fsync covered were tracked in its memory only (`dfs::engine::unstable`). A
+    /// backend whose every answered change is durable has nothing to do.
+    fn sync_all(&self) -> DfsResult<()> {
+        Ok(())
+    }
+
     /// [`Dfs::write`] by a writer without `CAP_FSETID` whose group is `gid`: the set-ID bits
     /// are cleared first, as write(2) clears them (see [`without_set_id`]). A backend that
     /// can do both in one request overrides this.

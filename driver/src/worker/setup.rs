@@ -312,6 +312,7 @@ fn serve(
     if let Some(path) = &cfg.qos {
         watch_qos(path.clone(), throttle.clone())?;
     }
+    let dfs = backend.dfs.clone();
     let fs = DfsFs::new(
         backend.dfs,
         backend.forget,
@@ -322,6 +323,12 @@ fn serve(
     );
     if let Some(record) = endpoint.session() {
         fs.restore(record).context("the handover's session")?;
+        // The predecessor's answered changes no fsync covered were tracked in its memory
+        // (docs/dfs.md, "Durability"): made durable now, an engine crash can no longer take
+        // them unreported.
+        if let Err(e) = dfs.sync_all() {
+            tracing::warn!("syncing the predecessor's changes: {e}");
+        }
     }
     let fs = Arc::new(fs);
     let server = Arc::new(Server::new(fs.clone()));

@@ -27,7 +27,8 @@ fn changes(op: &Op) -> bool {
         | Op::Write(_)
         | Op::Allocate(_)
         | Op::Setxattr(_)
-        | Op::Removexattr(_) => true,
+        | Op::Removexattr(_)
+        | Op::Syncfs(_) => true,
         Op::Open(o) => o.write,
         Op::Mount(_)
         | Op::Lookup(_)
@@ -36,7 +37,6 @@ fn changes(op: &Op) -> bool {
         | Op::Readlink(_)
         | Op::Read(_)
         | Op::Fsync(_)
-        | Op::Syncfs(_)
         | Op::Statfs(_)
         | Op::Getxattr(_)
         | Op::Listxattr(_) => false,
@@ -246,9 +246,7 @@ fn run_op(
             return Ok(None);
         }
         Op::Syncfs(_) => {
-            if !ns.read_only() {
-                ns.sync_all()?;
-            }
+            ns.sync_all()?;
             return Ok(None);
         }
         Op::Statfs(_) => Res::Statfs(statfs(volumes, ctx, ns)?),

@@ -86,13 +86,30 @@ impl Volumes {
     /// An orderly stop, once no request is served any more: every open namespace's changes
     /// made durable, then the verifier left for the next start, which keeps it (nothing its
     /// replies acknowledged is lost; `verifier.rs`).
+    ///
+    /// A write that failed and waits to be reported to its object's next fsync lives only
+    /// in this process: then the verifier is not kept, so the next start's new one makes
+    /// that fsync fail.
     pub fn stop(&self) -> DfsResult<()> {
-        let open: Vec<Arc<Namespace>> = self.lock().namespaces.values().cloned().collect();
-        for ns in open.iter().filter(|ns| !ns.read_only()) {
-            ns.sync_all()?;
+        if !self.sync_open()? {
+            return Err(DfsError::new(
+                Errno::IO,
+                "failed writes wait to be reported to their fsync",
+            ));
         }
         super::verifier::leave(&self.layout, self.verifier)
             .map_err(|e| DfsError::new(Errno::IO, format!("leaving the write verifier: {e}")))
+    }
+
+    /// Makes every open, writable namespace durable; true when no failed write waits to be
+    /// reported to its object's next fsync.
+    pub fn sync_open(&self) -> DfsResult<bool> {
+        let open: Vec<Arc<Namespace>> = self.lock().namespaces.values().cloned().collect();
+        let mut clean = true;
+        for ns in open.iter().filter(|ns| !ns.read_only()) {
+            clean &= ns.sync_all()?;
+        }
+        Ok(clean)
     }
 
     /// What every reply of this engine says its changes die with (see [`Volumes::verifier`]).

@@ -418,11 +418,13 @@ impl Namespace {
     }
 
     /// Makes every change so far durable (syncfs(2)): every object's chunk data, the chunk
-    /// directories, then the metadata. A queued write that failed stays to be reported to
-    /// its object's next [`Namespace::fsync`].
-    pub fn sync_all(&self) -> DfsResult<()> {
-        self.chunks.sync_every_object()?;
-        self.meta.commit_durably()
+    /// directories, then the metadata. A write that failed (queued, or its chunk's sync here)
+    /// is reported to its object's next [`Namespace::fsync`], not here; true when none
+    /// waits to be.
+    pub fn sync_all(&self) -> DfsResult<bool> {
+        let clean = self.chunks.sync_every_object()?;
+        self.meta.commit_durably()?;
+        Ok(clean)
     }
 
     pub fn setxattr(&self, oid: Oid, name: &str, value: &[u8], how: XattrSet) -> DfsResult<()> {

@@ -42,6 +42,8 @@ struct SwitchState {
     held: bool,
     failing: bool,
     panicking: bool,
+    /// Syncs of data files fail with EIO (and make nothing durable).
+    failing_syncs: bool,
 }
 
 impl WriteSwitch {
@@ -115,6 +117,9 @@ impl DiskFile for SimFile {
             switch
                 .syncs
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if switch.state.lock().expect("write switch").failing_syncs {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
         }
         let mut c = self.0.lock().expect("sim file");
         c.durable = c.volatile.clone();
@@ -147,6 +152,14 @@ impl SimDisk {
     }
 
     /// Panics in every file write until turned off (a bug in the write path).
+    pub fn fail_syncs(&self, failing: bool) {
+        self.switch
+            .state
+            .lock()
+            .expect("write switch")
+            .failing_syncs = failing;
+    }
+
     pub fn panic_in_writes(&self, panicking: bool) {
         self.switch.state.lock().expect("write switch").panicking = panicking;
     }

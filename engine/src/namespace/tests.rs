@@ -570,7 +570,7 @@ fn a_sync_of_everything_makes_every_objects_writes_survive_a_crash() {
     let b = ns.create(ROOT, "b", 0o644, 0, 0).unwrap();
     ns.write(a.oid, 0, b"first file").unwrap();
     ns.write(b.oid, 4096, b"second file").unwrap();
-    ns.sync_all().unwrap();
+    assert!(ns.sync_all().unwrap(), "nothing failed");
     let crashed = disk.crash();
     drop(ns);
     let after = Namespace::open(Arc::new(crashed), config(None)).unwrap();
@@ -579,4 +579,26 @@ fn a_sync_of_everything_makes_every_objects_writes_survive_a_crash() {
     assert_eq!(read_all(&after, a.oid), b"first file");
     let second = read_all(&after, b.oid);
     assert_eq!((second.len(), &second[4096..]), (4107, &b"second file"[..]));
+}
+
+#[test]
+fn a_chunk_that_fails_to_sync_for_everything_is_reported_to_its_own_fsync() {
+    let (disk, ns) = fresh(None);
+    let a = ns.create(ROOT, "a", 0o644, 0, 0).unwrap();
+    let b = ns.create(ROOT, "b", 0o644, 0, 0).unwrap();
+    ns.write(a.oid, 0, b"first file").unwrap();
+    disk.fail_syncs(true);
+    assert!(!ns.sync_all().unwrap(), "a failure waits for its fsync");
+    disk.fail_syncs(false);
+    // b had nothing to sync; a's failure is a's, once.
+    ns.fsync(b.oid).unwrap();
+    assert_eq!(ns.fsync(a.oid).unwrap_err().errno, Errno::IO);
+    // The chunk stayed dirty: this fsync syncs it.
+    ns.fsync(a.oid).unwrap();
+    assert!(ns.sync_all().unwrap());
+    let crashed = disk.crash();
+    drop(ns);
+    let after = Namespace::open(Arc::new(crashed), config(None)).unwrap();
+    let a = after.lookup(ROOT, "a").unwrap();
+    assert_eq!(read_all(&after, a.oid), b"first file");
 }

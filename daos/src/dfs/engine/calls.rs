@@ -106,6 +106,10 @@ impl Dfs for EngineDfs {
         self.sync_object(oid, datasync)
     }
 
+    fn sync_all(&self) -> DfsResult<()> {
+        self.sync_container().map(drop)
+    }
+
     fn rename(
         &self,
         parent: Oid,

@@ -10,7 +10,11 @@
 //!
 //! The table holds at most [`Unstable::MAX`] objects. A change that would go past that makes
 //! the client sync the whole container first (`Syncfs`), as the kernel makes a writer wait
-//! for writeback once too much is dirty: memory stays bounded and nothing goes untracked.
+//! for writeback once too much is dirty. Objects whose changes an engine that is gone took
+//! move out of the table into a list of their own, to be reported at their next fsync, so
+//! they never fill the table; that list too keeps at most [`Unstable::MAX`] (then the oldest
+//! news is dropped with a warning: a client with over 262,144 objects changed, unsynced, when
+//! its engine crashed).
 
 use super::Oid;
 use std::collections::HashMap;
@@ -28,10 +32,18 @@ struct Pending {
 
 #[derive(Debug)]
 pub(super) struct Unstable {
-    objects: Mutex<HashMap<Oid, Pending>>,
+    objects: Mutex<Tables>,
     /// Counts changes, so an fsync forgets only what happened before it was sent.
     marks: AtomicU64,
     max: usize,
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    /// Objects changed since their last fsync.
+    pending: HashMap<Oid, Pending>,
+    /// Objects some of whose changes an engine that is gone took: its verifier.
+    lost: HashMap<Oid, u64>,
 }
 
 /// Changes acknowledged by an engine that is gone: `verifier` was its.
@@ -52,7 +64,7 @@ impl Unstable {
         }
     }
 
-    fn objects(&self) -> std::sync::MutexGuard<'_, HashMap<Oid, Pending>> {
+    fn objects(&self) -> std::sync::MutexGuard<'_, Tables> {
         self.objects.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -69,16 +81,16 @@ impl Unstable {
             // An engine that does not say: nothing to compare.
             return true;
         }
-        let mut objects = self.objects();
+        let mut t = self.objects();
         let last = self.marks.fetch_add(1, Ordering::AcqRel) + 1;
-        if let Some(p) = objects.get_mut(&oid) {
+        if let Some(p) = t.pending.get_mut(&oid) {
             p.last = last;
             return true;
         }
-        if objects.len() >= self.max {
+        if t.pending.len() >= self.max {
             return false;
         }
-        objects.insert(oid, Pending { verifier, last });
+        t.pending.insert(oid, Pending { verifier, last });
         true
     }
 
@@ -86,37 +98,51 @@ impl Unstable {
     /// mark are durable unless one was acknowledged by another engine: then they may be
     /// lost, and this says so once.
     pub fn synced(&self, oid: Oid, mark: u64, verifier: u64) -> Result<(), Lost> {
-        let mut objects = self.objects();
-        let Some(p) = objects.get(&oid).copied() else {
-            return Ok(());
-        };
-        if p.last <= mark {
-            objects.remove(&oid);
-        } else if let Some(p) = objects.get_mut(&oid) {
-            // Changed again while the fsync was on its way: the newer change is not covered
-            // and is tracked from here under the fsync's verifier.
-            p.verifier = verifier;
+        let mut t = self.objects();
+        let mut gone = t.lost.remove(&oid);
+        if let Some(p) = t.pending.get(&oid).copied() {
+            if p.last <= mark {
+                t.pending.remove(&oid);
+            } else if let Some(p) = t.pending.get_mut(&oid) {
+                // Changed again while the fsync was on its way: the newer change is not
+                // covered and is tracked from here under the fsync's verifier.
+                p.verifier = verifier;
+            }
+            if verifier != 0 && p.verifier != verifier {
+                gone = gone.or(Some(p.verifier));
+            }
         }
-        match verifier != 0 && p.verifier != verifier {
-            true => Err(Lost {
-                verifier: p.verifier,
-            }),
-            false => Ok(()),
+        match gone {
+            Some(verifier) => Err(Lost { verifier }),
+            None => Ok(()),
         }
     }
 
     /// The whole container was synced, sent at `mark`, answered under `verifier`: every
     /// object whose changes that covered and that engine acknowledged leaves the table.
-    /// Objects with changes from an engine that is gone stay, for their own fsync to report.
+    /// Objects with changes from an engine that is gone move to the lost list, for their
+    /// own fsync to report.
     pub fn synced_all(&self, mark: u64, verifier: u64) {
-        self.objects()
-            .retain(|_, p| p.last > mark || p.verifier != verifier);
+        let mut t = self.objects();
+        let Tables { pending, lost } = &mut *t;
+        pending.retain(|&oid, p| {
+            if p.verifier != verifier {
+                if lost.len() >= self.max && !lost.contains_key(&oid) {
+                    tracing::warn!(oid, "too many objects with lost changes to remember");
+                } else {
+                    lost.entry(oid).or_insert(p.verifier);
+                }
+                return false;
+            }
+            p.last > mark
+        });
     }
 
-    /// Objects tracked now.
+    /// Objects tracked now, and those whose lost changes wait to be reported.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.objects().len()
+    pub fn len(&self) -> (usize, usize) {
+        let t = self.objects();
+        (t.pending.len(), t.lost.len())
     }
 }
 
@@ -129,10 +155,10 @@ mod tests {
         let u = Unstable::new(8);
         assert!(u.changed(7, 100));
         assert!(u.changed(7, 100));
-        assert_eq!(u.len(), 1);
+        assert_eq!(u.len(), (1, 0));
         let mark = u.mark();
         assert_eq!(u.synced(7, mark, 100), Ok(()));
-        assert_eq!(u.len(), 0);
+        assert_eq!(u.len(), (0, 0));
     }
 
     #[test]
@@ -156,7 +182,7 @@ mod tests {
         let mark = u.mark();
         assert!(u.changed(7, 100));
         assert_eq!(u.synced(7, mark, 100), Ok(()));
-        assert_eq!(u.len(), 1);
+        assert_eq!(u.len(), (1, 0));
         // The engine restarts before the newer change is synced.
         assert_eq!(u.synced(7, u.mark(), 200), Err(Lost { verifier: 100 }));
     }
@@ -172,17 +198,40 @@ mod tests {
         );
         assert!(!u.changed(3, 200));
         u.synced_all(u.mark(), 200);
-        // Object 1's first change was the old engine's: it stays for its fsync to report.
-        assert_eq!(u.len(), 1);
+        // Object 1's first change was the old engine's: it waits for its fsync to report,
+        // outside the table.
+        assert_eq!(u.len(), (0, 1));
         assert!(u.changed(3, 200));
+        assert!(u.changed(4, 200));
         assert_eq!(u.synced(1, u.mark(), 200), Err(Lost { verifier: 100 }));
+        assert_eq!(u.synced(1, u.mark(), 200), Ok(()), "reported once");
+    }
+
+    #[test]
+    fn objects_changed_under_a_dead_engine_never_fill_the_table() {
+        let u = Unstable::new(2);
+        assert!(u.changed(1, 100));
+        assert!(u.changed(2, 100));
+        // The engine restarted; the next change finds the table full and syncs everything.
+        assert!(!u.changed(3, 200));
+        u.synced_all(u.mark(), 200);
+        assert_eq!(u.len(), (0, 2));
+        assert!(u.changed(3, 200));
+        assert!(u.changed(4, 200));
+        // A change of an object with lost changes still reports them at its fsync.
+        assert!(!u.changed(1, 200));
+        u.synced_all(u.mark(), 200);
+        assert!(u.changed(1, 200));
+        assert_eq!(u.synced(1, u.mark(), 200), Err(Lost { verifier: 100 }));
+        assert_eq!(u.synced(2, u.mark(), 200), Err(Lost { verifier: 100 }));
+        assert_eq!(u.len(), (0, 0));
     }
 
     #[test]
     fn an_engine_that_does_not_say_is_never_suspected() {
         let u = Unstable::new(8);
         assert!(u.changed(7, 0));
-        assert_eq!(u.len(), 0);
+        assert_eq!(u.len(), (0, 0));
         assert_eq!(u.synced(7, u.mark(), 0), Ok(()));
     }
 }

@@ -520,12 +520,33 @@ impl ChunkStore {
         self.sync_dirs(&mut st)
     }
 
-    /// Makes every object's data durable, as [`ChunkStore::sync_object`] does one's;
-    /// failures of queued writes stay for each object's next fsync.
-    pub fn sync_every_object(&self) -> DfsResult<()> {
+    /// Makes every object's data durable, as [`ChunkStore::sync_object`] does one's. A
+    /// failure belongs to its object: a chunk that fails to sync is kept as a failure of its
+    /// object, for that object's next fsync, as failed queued writes are; the others go on.
+    /// True when every object's data is durable and no failure waits for an fsync.
+    pub fn sync_every_object(&self) -> DfsResult<bool> {
         let mut st = self.writes.drain(self.writes.lock());
-        self.sync_dirty(&mut st, None)?;
-        self.sync_dirs(&mut st)
+        let dirty: Vec<(Oid, u64)> = st.dirty.iter().copied().collect();
+        for key in dirty {
+            let synced = match st.open.get(&key) {
+                Some(f) => Some(f.clone()),
+                None => self.reopen(key)?,
+            }
+            .map_or(Ok(()), |f| f.sync());
+            match synced {
+                Ok(()) => {
+                    st.dirty.remove(&key);
+                }
+                // Stays dirty, as with a failed fsync: the object's next one tries again.
+                Err(e) => {
+                    tracing::error!(oid = key.0, chunk = key.1, "syncing a chunk: {e}");
+                    st.queued
+                        .fail(key.0, format!("syncing chunk {}: {e}", key.1));
+                }
+            }
+        }
+        self.sync_dirs(&mut st)?;
+        Ok(!st.queued.any_failed())
     }
 
     /// Empties detached spares (see [`Quiesced::detach_removed`]) and keeps them for new

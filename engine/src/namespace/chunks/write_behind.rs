@@ -139,6 +139,17 @@ impl Queued {
         self.chunks.contains_key(&key)
     }
 
+    /// Keeps a failure of `oid` for its next fsync (a chunk's sync that failed while the
+    /// whole container was synced: fsync(2) reports an error once, so it is kept here).
+    pub(super) fn fail(&mut self, oid: Oid, why: String) {
+        self.failed.entry(oid).or_insert(why);
+    }
+
+    /// Whether some object's failure waits for its next fsync.
+    pub(super) fn any_failed(&self) -> bool {
+        !self.failed.is_empty()
+    }
+
     /// EIO if a queued write of `oid` failed since the last time this was asked.
     pub(super) fn take_failure(&mut self, oid: Oid) -> DfsResult<()> {
         match self.failed.remove(&oid) {
