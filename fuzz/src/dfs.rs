@@ -178,5 +178,6 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             ),
         ),
         ("statfs", request(0, Op::Statfs(eng::StatFs {}))),
+        ("syncfs", request(0, Op::Syncfs(eng::Syncfs {}))),
     ]
 }
