@@ -9,6 +9,7 @@ mod common;
 use common::{EngineBacking, Opts, WorkerProc, can_mount, errno_of, tempdir, worker_bin};
 use dpufs_daos::capability::{AgentKey, Rights};
 use dpufs_e2e::files::write_synced;
+use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -46,20 +47,24 @@ fn the_mount_survives_an_engine_crash() {
     assert_eq!(names.len(), 2, "{names:?}");
 }
 
+/// `body(seed)` written to a new file `name` of the mount, not synced; the file stays open.
+fn written(w: &WorkerProc, name: &str, seed: u8) -> std::fs::File {
+    let mut f = std::fs::File::create(w.path(name)).unwrap();
+    f.write_all(&body(seed)).unwrap();
+    f
+}
+
 /// The engine answers writes before they are durable and a crash loses what no fsync covered:
 /// the fsync after the restart must say so (EIO, once), never succeed over lost bytes.
 #[test]
 fn an_fsync_after_an_engine_crash_reports_the_writes_it_may_have_lost() {
-    use std::io::Write;
     if !can_mount() {
         return;
     }
     let mut backing = EngineBacking::start();
     let w = WorkerProc::start(&backing, uncached());
-    let mut unsynced = std::fs::File::create(w.path("unsynced")).unwrap();
-    unsynced.write_all(&body(3)).unwrap();
-    let mut synced = std::fs::File::create(w.path("synced")).unwrap();
-    synced.write_all(&body(5)).unwrap();
+    let unsynced = written(&w, "unsynced", 3);
+    let mut synced = written(&w, "synced", 5);
     synced.sync_all().unwrap();
     backing.volume.engine.crash_and_restart().unwrap();
     let e = unsynced
@@ -78,14 +83,12 @@ fn an_fsync_after_an_engine_crash_reports_the_writes_it_may_have_lost() {
 /// unsynced writes are there and their fsync succeeds.
 #[test]
 fn an_orderly_engine_restart_keeps_unsynced_writes_and_costs_no_error() {
-    use std::io::Write;
     if !can_mount() {
         return;
     }
     let mut backing = EngineBacking::start();
     let w = WorkerProc::start(&backing, uncached());
-    let mut unsynced = std::fs::File::create(w.path("unsynced")).unwrap();
-    unsynced.write_all(&body(3)).unwrap();
+    let unsynced = written(&w, "unsynced", 3);
     backing.volume.engine.stop_and_restart().unwrap();
     unsynced.sync_all().expect("an orderly stop lost nothing");
     assert_eq!(std::fs::read(w.path("unsynced")).unwrap(), body(3));

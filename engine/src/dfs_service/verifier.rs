@@ -35,7 +35,18 @@ pub(crate) fn take(layout: &Layout) -> u64 {
                 new()
             }
         },
-        Err(_) => new(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => new(),
+        Err(e) => {
+            // Unreadable now, it must not be found by a later start either.
+            tracing::warn!(
+                "reading {}: {e}; drawing a new write verifier",
+                record.display()
+            );
+            if let Err(e) = remove_durably(&record) {
+                tracing::warn!("removing {}: {e}", record.display());
+            }
+            new()
+        }
     }
 }
 
