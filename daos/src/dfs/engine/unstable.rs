@@ -18,6 +18,7 @@
 
 use super::Oid;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -99,19 +100,17 @@ impl Unstable {
     /// lost, and this says so once.
     pub fn synced(&self, oid: Oid, mark: u64, verifier: u64) -> Result<(), Lost> {
         let mut t = self.objects();
-        let mut gone = t.lost.remove(&oid);
-        if let Some(p) = t.pending.get(&oid).copied() {
-            if p.last <= mark {
-                t.pending.remove(&oid);
-            } else if let Some(p) = t.pending.get_mut(&oid) {
-                // Changed again while the fsync was on its way: the newer change is not
-                // covered and is tracked from here under the fsync's verifier.
-                p.verifier = verifier;
-            }
-            if verifier != 0 && p.verifier != verifier {
-                gone = gone.or(Some(p.verifier));
-            }
-        }
+        let oldest = match t.pending.entry(oid) {
+            Entry::Occupied(e) if e.get().last <= mark => Some(e.remove().verifier),
+            // Changed again while the fsync was on its way: the newer change is not covered
+            // and is tracked from here under the fsync's verifier.
+            Entry::Occupied(mut e) => Some(std::mem::replace(&mut e.get_mut().verifier, verifier)),
+            Entry::Vacant(_) => None,
+        };
+        let gone = t
+            .lost
+            .remove(&oid)
+            .or(oldest.filter(|&v| verifier != 0 && v != verifier));
         match gone {
             Some(verifier) => Err(Lost { verifier }),
             None => Ok(()),

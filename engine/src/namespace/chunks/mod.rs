@@ -481,11 +481,7 @@ impl ChunkStore {
             None => st.dirty.iter().copied().collect(),
         };
         for key in chunks {
-            let file = match st.open.get(&key) {
-                Some(f) => Some(f.clone()),
-                None => self.reopen(key)?,
-            };
-            if let Some(f) = file {
+            if let Some(f) = self.dirty_file(st, key)? {
                 f.sync().storage()?;
             }
             st.dirty.remove(&key);
@@ -493,9 +489,16 @@ impl ChunkStore {
         Ok(())
     }
 
-    /// A dirty chunk's file, opened again to be synced; None if it is gone (nothing of it
-    /// is left to sync).
-    fn reopen(&self, (oid, idx): (Oid, u64)) -> DfsResult<Option<Arc<dyn DiskFile>>> {
+    /// A dirty chunk's file to sync: the open one, or the file opened again; None if it is
+    /// gone (nothing of it is left to sync).
+    fn dirty_file(
+        &self,
+        st: &WriteState,
+        (oid, idx): (Oid, u64),
+    ) -> DfsResult<Option<Arc<dyn DiskFile>>> {
+        if let Some(f) = st.open.get(&(oid, idx)) {
+            return Ok(Some(f.clone()));
+        }
         match self.disk.open(&self.chunk_path(oid, idx), false) {
             Ok(f) => Ok(Some(f)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -528,11 +531,7 @@ impl ChunkStore {
         let mut st = self.writes.drain(self.writes.lock());
         let dirty: Vec<(Oid, u64)> = st.dirty.iter().copied().collect();
         for key in dirty {
-            let synced = match st.open.get(&key) {
-                Some(f) => Some(f.clone()),
-                None => self.reopen(key)?,
-            }
-            .map_or(Ok(()), |f| f.sync());
+            let synced = self.dirty_file(&st, key)?.map_or(Ok(()), |f| f.sync());
             match synced {
                 Ok(()) => {
                     st.dirty.remove(&key);
