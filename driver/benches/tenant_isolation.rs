@@ -1,22 +1,27 @@
 //! A tenant over its limit must not slow another tenant (docs/reliability.md, "Per-tenant
 //! limits under load"). Two tenants' volumes on one engine and one node, through the CSI
 //! plugins as kubelet uses them: the victim (`team-a`) reads 4 KiB at random, direct, one at a
-//! time, and its p99 completion latency is measured in three runs per aggressor and round, in
-//! an order that rotates with the round:
+//! time, while the aggressor (`team-b`) is switched on and off (SIGSTOP, SIGCONT) every
+//! [`PHASE`]. Each of the victim's reads is put, by when it completed, in the phase it falls in
+//! (the first [`GUARD`] of each phase left out, for what the phase before left behind), and
+//! its p99 completion latency with the aggressor on is compared with its p99 with it off, in
+//! the same run. Interleaving is what makes the ratio worth having: on a VM the victim's p99
+//! alone drifts by 2× over minutes, far more than the effect measured.
 //!
-//! - alone;
-//! - beside the aggressor (`team-b`) doing exactly what its cap allows (fio paces itself,
-//!   the volume has no cap): the load the cap admits;
-//! - beside the aggressor trying to do far more than its cap allows (ControllerModifyVolume's
-//!   `maxIops` or `maxThroughputMiBps`; the worker paces it).
+//! Two runs per aggressor and round, their order rotating with the round:
+//! - the aggressor trying to do far more than its cap allows (ControllerModifyVolume's
+//!   `maxIops` or `maxThroughputMiBps`; the worker paces it): the figure (goal: at most 1.20);
+//! - the aggressor doing a little less than its cap allows, paced by fio's `thinktime` (a
+//!   pause after each I/O, which a stop cannot make it catch up on): the load the cap admits,
+//!   to tell what being over the cap adds.
 //!
-//! The report gives the victim's p99 over the aggressor's cap against alone (goal: at most
-//! 1.20) and against the admitted load alone (what being over the cap adds), medians over
-//! rounds. A control row runs the first aggressor without any cap.
+//! Two controls: the first aggressor with no cap at all, and the same bytes as the 20 MiB/s
+//! writer written by fio into the local disk, outside dpufs (what the machine itself does).
+//! Medians over rounds.
 //!
 //! `cargo bench -p dpufs-csi --bench tenant_isolation` (as root, for the mounts; the release build,
 //! which the figures are of: the debug build's copies cost enough CPU to move the victim);
-//! `TENANT_ROUNDS` (default 3), `TENANT_SECS` (seconds per run, default 10) and `TENANT_ONLY`
+//! `TENANT_ROUNDS` (default 3), `TENANT_SECS` (seconds per run, default 16) and `TENANT_ONLY`
 //! (only the aggressors whose name contains it, e.g. `TENANT_ONLY="MiBps 20"`).
 
 #[path = "../tests/common/mod.rs"]
@@ -30,7 +35,7 @@ use dpufs_proto::csi::v1 as csi;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A cap on the aggressor's volume.
 #[derive(Clone, Copy)]
@@ -41,13 +46,25 @@ enum Cap {
     None,
 }
 
+/// Where the aggressor's files are.
+#[derive(Clone, Copy, PartialEq)]
+enum Place {
+    /// Its own dpufs volume.
+    Volume,
+    /// The local disk, outside dpufs: the machine's own share of the effect.
+    LocalDisk,
+}
+
 /// What the aggressor tries, and the cap it is over.
 struct Aggressor {
     name: &'static str,
-    /// fio's job options (it runs in the aggressor's volume until killed).
+    /// fio's job options (it runs until killed).
     fio: &'static [&'static str],
     jobs: u64,
+    /// What one of fio's I/Os moves, for pacing it to the cap.
+    io_bytes: u64,
     cap: Cap,
+    place: Place,
 }
 
 const AGGRESSORS: &[Aggressor] = &[
@@ -55,37 +72,49 @@ const AGGRESSORS: &[Aggressor] = &[
         name: "4 KiB random writes, no cap (the control)",
         fio: &["--rw=randwrite", "--bs=4k", "--size=32M"],
         jobs: 4,
+        io_bytes: 4096,
         cap: Cap::None,
+        place: Place::Volume,
     },
     Aggressor {
         name: "4 KiB random writes over maxIops 100",
         fio: &["--rw=randwrite", "--bs=4k", "--size=32M"],
         jobs: 4,
+        io_bytes: 4096,
         cap: Cap::Iops(100),
+        place: Place::Volume,
     },
     Aggressor {
         name: "4 KiB random reads over maxIops 100",
         fio: &["--rw=randread", "--bs=4k", "--size=32M"],
         jobs: 4,
+        io_bytes: 4096,
         cap: Cap::Iops(100),
+        place: Place::Volume,
     },
     Aggressor {
         name: "1 MiB writes over maxThroughputMiBps 5",
         fio: &["--rw=write", "--bs=1M", "--size=128M"],
         jobs: 2,
+        io_bytes: 1 << 20,
         cap: Cap::MiBps(5),
+        place: Place::Volume,
     },
     Aggressor {
         name: "4 KiB random writes over maxIops 500",
         fio: &["--rw=randwrite", "--bs=4k", "--size=32M"],
         jobs: 4,
+        io_bytes: 4096,
         cap: Cap::Iops(500),
+        place: Place::Volume,
     },
     Aggressor {
         name: "1 MiB writes over maxThroughputMiBps 20",
         fio: &["--rw=write", "--bs=1M", "--size=128M"],
         jobs: 2,
+        io_bytes: 1 << 20,
         cap: Cap::MiBps(20),
+        place: Place::Volume,
     },
     Aggressor {
         // Each of fio's "I/Os" opens (creating, the first time) one of its files: metadata
@@ -98,20 +127,63 @@ const AGGRESSORS: &[Aggressor] = &[
             "--openfiles=64",
         ],
         jobs: 4,
+        io_bytes: 4096,
         cap: Cap::Iops(100),
+        place: Place::Volume,
+    },
+    Aggressor {
+        name: "1 MiB writes at 20 MiB/s into the local disk, outside dpufs (the control)",
+        fio: &["--rw=write", "--bs=1M", "--size=128M"],
+        jobs: 2,
+        io_bytes: 1 << 20,
+        cap: Cap::MiBps(20),
+        place: Place::LocalDisk,
     },
 ];
 
-/// The victim's three runs of one aggressor and round.
+/// How the aggressor is held to its cap in one run (the volume has the cap in both).
 #[derive(Clone, Copy, PartialEq)]
-enum Run {
-    Alone,
-    AtCap,
-    OverCap,
+enum Pacing {
+    /// By fio itself, a little under the cap: the load the cap admits. (The cap holds what
+    /// fio does not pace: its start, which looks at every file it will use.)
+    ByFio,
+    /// By the worker: fio tries for all it can.
+    ByTheCap,
 }
 
-/// The pause before each run.
+/// How long the aggressor is on, then off.
+const PHASE: Duration = Duration::from_secs(1);
+
+/// The start of each phase that is left out: requests the aggressor had in flight when it was
+/// stopped, and the engine's write-back of what it wrote, finish within it.
+const GUARD: Duration = Duration::from_millis(250);
+
+/// The pause before each run, for what the run before left behind.
 const SETTLE: Duration = Duration::from_secs(3);
+
+/// One run's result.
+#[derive(Clone, Copy)]
+struct RunResult {
+    /// The victim's p99 with the aggressor on, over its p99 with it off.
+    ratio: f64,
+    moved: Moved,
+}
+
+/// The runs of one aggressor and round.
+#[derive(Clone, Copy, Default)]
+struct Round {
+    by_the_cap: Option<RunResult>,
+    by_fio: Option<RunResult>,
+}
+
+impl Round {
+    fn get(&self, pacing: Pacing) -> Option<RunResult> {
+        match pacing {
+            Pacing::ByTheCap => self.by_the_cap,
+            Pacing::ByFio => self.by_fio,
+        }
+    }
+}
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
@@ -126,7 +198,7 @@ async fn main() {
             .unwrap_or(default)
     };
     let rounds = env("TENANT_ROUNDS", 3) as usize;
-    let secs = env("TENANT_SECS", 10);
+    let secs = env("TENANT_SECS", 16);
     let only = std::env::var("TENANT_ONLY").unwrap_or_default();
     let chosen: Vec<(usize, &Aggressor)> = AGGRESSORS
         .iter()
@@ -144,11 +216,22 @@ async fn main() {
         .await
         .volume_id;
     let (_, victim_dir) = bed.mount(&victim, "victim").await;
-    let aggressor_dir = mount_for(&bed, &aggressor, "aggressor", "ns-b").await;
+    let dirs = Dirs {
+        victim: victim_dir,
+        volume: mount_for(&bed, &aggressor, "aggressor", "ns-b").await,
+        local_disk: bed.path("local-disk"),
+        logs: bed.path("victim-logs"),
+    };
+    std::fs::create_dir_all(&dirs.local_disk).expect("local disk dir");
+    std::fs::create_dir_all(&dirs.logs).expect("log dir");
     // Every file, laid out once, before any cap.
-    run_fio(&victim_dir, &victim_job(1));
+    let layout = victim_job(1);
+    common::fio(
+        &dirs.victim,
+        &layout.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
     for &(a, agg) in &chosen {
-        let status = aggressor_fio(&aggressor_dir, a, agg, false)
+        let status = aggressor_fio(dirs.of(agg), a, agg, Pacing::ByTheCap)
             .arg("--create_only=1")
             .stderr(Stdio::inherit())
             .status()
@@ -156,72 +239,131 @@ async fn main() {
         assert!(status.success(), "laying out {}: {status}", agg.name);
     }
 
-    // Per aggressor: (over / alone, over / at cap) of each round.
-    let mut ratios: Vec<Vec<(f64, f64)>> = vec![Vec::new(); AGGRESSORS.len()];
+    let mut rounds_of: Vec<Vec<Round>> = vec![Vec::new(); AGGRESSORS.len()];
     for round in 0..rounds {
         for &(a, agg) in &chosen {
-            let mut runs = vec![Run::Alone, Run::OverCap];
-            if !matches!(agg.cap, Cap::None) {
-                runs.insert(1, Run::AtCap);
+            let r = one_round(&bed, &aggressor, &dirs, a, agg, round, secs).await;
+            for (pacing, what) in [
+                (Pacing::ByTheCap, "over its cap"),
+                (Pacing::ByFio, "paced by fio"),
+            ] {
+                if let Some(run) = r.get(pacing) {
+                    println!(
+                        "round {round}: {}: {what}: victim p99 on / off {:.2}; the aggressor moved {:.1} MiB/s, {:.0} I/Os a second while on",
+                        agg.name, run.ratio, run.moved.mib, run.moved.ios
+                    );
+                }
             }
-            let turn = round % runs.len();
-            runs.rotate_left(turn);
-            let mut p99 = [f64::NAN; 3];
-            for run in runs {
-                let cap = if run == Run::OverCap {
-                    agg.cap
-                } else {
-                    Cap::None
-                };
-                set_cap(&bed, &aggressor, cap).await;
-                // What an earlier run left (queued requests, the engine's writeback) settles.
-                std::thread::sleep(SETTLE);
-                let load = (run != Run::Alone)
-                    .then(|| Running::start(&aggressor_dir, a, agg, run == Run::AtCap));
-                std::thread::sleep(Duration::from_secs(1));
-                p99[run as usize] = victim_p99(&victim_dir, secs);
-                drop(load);
-            }
-            let [alone, at, over] = p99;
-            println!(
-                "round {round}: {}: victim p99 alone {:.0} µs, beside the admitted load {:.0} µs, beside it over its cap {:.0} µs",
-                agg.name,
-                alone / 1e3,
-                at / 1e3,
-                over / 1e3
-            );
-            ratios[a].push((over / alone, over / at));
+            rounds_of[a].push(r);
         }
     }
-    report(&ratios);
+    report(&rounds_of);
 }
 
-fn report(ratios: &[Vec<(f64, f64)>]) {
+/// The directories a run uses.
+struct Dirs {
+    victim: PathBuf,
+    /// The aggressor's volume.
+    volume: PathBuf,
+    local_disk: PathBuf,
+    /// The victim's latency logs (on the local disk, outside both volumes).
+    logs: PathBuf,
+}
+
+impl Dirs {
+    fn of(&self, agg: &Aggressor) -> &Path {
+        match agg.place {
+            Place::Volume => &self.volume,
+            Place::LocalDisk => &self.local_disk,
+        }
+    }
+}
+
+/// The runs of one aggressor and round: the runs a cap applies to, in an order that rotates
+/// with the round.
+async fn one_round(
+    bed: &Bed,
+    id: &str,
+    dirs: &Dirs,
+    a: usize,
+    agg: &Aggressor,
+    round: usize,
+    secs: u64,
+) -> Round {
+    let mut runs = match (agg.place, agg.cap) {
+        // A local disk has no cap to be over, and a volume without one no pace to keep.
+        (Place::LocalDisk, _) => vec![Pacing::ByFio],
+        (_, Cap::None) => vec![Pacing::ByTheCap],
+        _ => vec![Pacing::ByTheCap, Pacing::ByFio],
+    };
+    let turn = round % runs.len();
+    runs.rotate_left(turn);
+    let mut r = Round::default();
+    if agg.place == Place::Volume {
+        set_cap(bed, id, agg.cap).await;
+    }
+    for pacing in runs {
+        std::thread::sleep(SETTLE);
+        let aggressor = Switched::start(aggressor_fio(dirs.of(agg), a, agg, pacing));
+        let (ratio, moved) = interleaved(&dirs.victim, &dirs.logs, aggressor, secs);
+        let run = Some(RunResult { ratio, moved });
+        match pacing {
+            Pacing::ByTheCap => r.by_the_cap = run,
+            Pacing::ByFio => r.by_fio = run,
+        }
+    }
+    r
+}
+
+fn report(rounds_of: &[Vec<Round>]) {
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let list = |v: &[f64]| {
-        let all: Vec<String> = v.iter().map(|x| format!("{x:.2}")).collect();
-        all.join(", ")
-    };
     println!(
-        "\n| aggressor | victim's p99 over the cap / alone, per round | median | goal ≤ 1.20 | over the cap / the admitted load, median |"
+        "\n| aggressor | victim's p99 on / off, per round | median | goal ≤ 1.20 | paced by fio below its cap, median | the aggressor while on, median |"
     );
-    println!("|---|---|---:|---|---:|");
-    for (agg, r) in AGGRESSORS.iter().zip(ratios).filter(|(_, r)| !r.is_empty()) {
-        let vs_alone: Vec<f64> = r.iter().map(|x| x.0).collect();
-        let vs_at: Vec<f64> = r.iter().map(|x| x.1).collect();
-        let m = median(vs_alone.clone());
-        let (goal, at) = match agg.cap {
-            Cap::None => ("— (no cap)".to_string(), "—".to_string()),
-            _ if m <= 1.20 => ("met".into(), format!("{:.2}", median(vs_at))),
-            _ => ("MISSED".into(), format!("{:.2}", median(vs_at))),
+    println!("|---|---|---:|---|---:|---:|");
+    for (agg, rounds) in AGGRESSORS
+        .iter()
+        .zip(rounds_of)
+        .filter(|(_, r)| !r.is_empty())
+    {
+        let of = |pacing: Pacing| -> Vec<RunResult> {
+            rounds.iter().filter_map(|r| r.get(pacing)).collect()
         };
+        // The figure: over the cap, or paced by fio where there is no cap to be over.
+        let figure = if agg.place == Place::LocalDisk {
+            of(Pacing::ByFio)
+        } else {
+            of(Pacing::ByTheCap)
+        };
+        let ratios: Vec<f64> = figure.iter().map(|r| r.ratio).collect();
+        let m = median(ratios.clone());
+        let (goal, paced) = match (agg.place, agg.cap) {
+            (Place::LocalDisk, _) => ("— (control)".to_string(), "—".to_string()),
+            (_, Cap::None) => ("— (no cap)".to_string(), "—".to_string()),
+            _ => {
+                let met = if m <= 1.20 { "met" } else { "MISSED" };
+                let by_fio = median(of(Pacing::ByFio).iter().map(|r| r.ratio).collect());
+                (met.to_string(), format!("{by_fio:.2}"))
+            }
+        };
+        let rate = match agg.cap {
+            Cap::MiBps(_) => format!(
+                "{:.1} MiB/s",
+                median(figure.iter().map(|r| r.moved.mib).collect())
+            ),
+            _ => format!(
+                "{:.0} I/Os a second",
+                median(figure.iter().map(|r| r.moved.ios).collect())
+            ),
+        };
+        let all: Vec<String> = ratios.iter().map(|x| format!("{x:.2}")).collect();
         println!(
-            "| {} | {} | {m:.2} | {goal} | {at} |",
+            "| {} | {} | {m:.2} | {goal} | {paced} | {rate} |",
             agg.name,
-            list(&vs_alone)
+            all.join(", ")
         );
     }
 }
@@ -286,56 +428,195 @@ fn victim_job(secs: u64) -> Vec<String> {
     job
 }
 
-fn run_fio(dir: &Path, job: &[String]) -> Value {
+/// Runs the victim for `secs` while `aggressor` is switched on and off by phases; the
+/// victim's p99 with it on over its p99 with it off, and what the aggressor moved.
+fn interleaved(victim: &Path, logs: &Path, aggressor: Switched, secs: u64) -> (f64, Moved) {
+    let prefix = logs.join("victim");
+    let mut job = victim_job(secs);
+    job.push(format!("--write_lat_log={}", prefix.display()));
+    job.extend(["--log_unix_epoch=1", "--log_avg_msec=0"].map(String::from));
     let job: Vec<&str> = job.iter().map(String::as_str).collect();
-    common::fio(dir, &job)
+    let phases = std::thread::scope(|s| {
+        let switching = s.spawn(|| aggressor.switch_for(Duration::from_secs(secs)));
+        common::fio(victim, &job);
+        switching.join().expect("the switching thread")
+    });
+    let on_ms: u64 = (phases.windows(2))
+        .filter(|w| w[0].1)
+        .map(|w| w[1].0 - w[0].0)
+        .sum();
+    let moved = aggressor.finish(on_ms);
+    let log = logs.join("victim_clat.1.log");
+    let samples = std::fs::read_to_string(&log).expect("the victim's latency log");
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for (at_ms, clat_ns) in samples.lines().filter_map(parse_sample) {
+        match phase_at(&phases, at_ms) {
+            Some(true) => on.push(clat_ns),
+            Some(false) => off.push(clat_ns),
+            None => {}
+        }
+    }
+    std::fs::remove_file(&log).expect("remove the latency log");
+    assert!(
+        on.len() > 100 && off.len() > 100,
+        "too few reads to rank: {} on, {} off",
+        on.len(),
+        off.len()
+    );
+    (p99(on) / p99(off), moved)
 }
 
-/// The victim's p99 completion latency over `secs`, in ns.
-fn victim_p99(dir: &Path, secs: u64) -> f64 {
-    let v = run_fio(dir, &victim_job(secs));
-    v["jobs"][0]["read"]["clat_ns"]["percentile"]["99.000000"]
-        .as_f64()
-        .expect("fio's p99")
+/// `(completion time in ms since the epoch, completion latency in ns)` of one line of fio's
+/// latency log (`time, value, direction, size, offset[, priority]`).
+fn parse_sample(line: &str) -> Option<(u64, u64)> {
+    let mut fields = line.split(',').map(str::trim);
+    Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
 }
 
-/// A running aggressor, killed on drop. Its jobs are threads of one fio process (`--thread`):
-/// fio's job processes would start sessions of their own and outlive a kill of the first.
-struct Running(Child);
+/// Whether the aggressor was on at `at_ms` (`None` in a phase's guard or outside the run).
+/// `phases`: each phase's start (ms since the epoch) and whether the aggressor was on in it,
+/// then the end of the last one.
+fn phase_at(phases: &[(u64, bool)], at_ms: u64) -> Option<bool> {
+    let guard = GUARD.as_millis() as u64;
+    phases
+        .windows(2)
+        .find(|w| w[0].0 + guard <= at_ms && at_ms < w[1].0)
+        .map(|w| w[0].1)
+}
 
-impl Running {
-    /// Aggressor `a`, paced by fio itself to exactly its cap when `at_cap`.
-    fn start(dir: &Path, a: usize, agg: &Aggressor, at_cap: bool) -> Running {
-        let child = aggressor_fio(dir, a, agg, at_cap)
+fn p99(mut v: Vec<u64>) -> f64 {
+    v.sort_unstable();
+    v[(v.len() * 99 / 100).min(v.len() - 1)] as f64
+}
+
+fn epoch_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_millis() as u64
+}
+
+/// A running aggressor that can be stopped and continued as a whole (its jobs are threads of
+/// one fio process, `--thread`: fio's job processes would start sessions of their own and
+/// outlive a signal to the first); killed on drop.
+struct Switched(Option<Child>);
+
+/// What the aggressor moved while it was on, per second.
+#[derive(Clone, Copy, Default)]
+struct Moved {
+    mib: f64,
+    ios: f64,
+}
+
+impl Switched {
+    /// Starts `fio`, stopped at once: it moves nothing outside the phases it is on in.
+    fn start(mut fio: Command) -> Switched {
+        let child = (fio.stdout(Stdio::piped()).stderr(Stdio::piped()))
             .spawn()
             .expect("start fio");
-        Running(child)
+        let me = Switched(Some(child));
+        me.signal(libc::SIGSTOP);
+        me
+    }
+
+    /// Switches the aggressor off and on by [`PHASE`]s for `total`, starting off; each phase's
+    /// start and whether it was on, then the end.
+    fn switch_for(&self, total: Duration) -> Vec<(u64, bool)> {
+        let mut phases = Vec::new();
+        let mut on = false;
+        let start = std::time::Instant::now();
+        while start.elapsed() + PHASE <= total {
+            self.signal(if on { libc::SIGCONT } else { libc::SIGSTOP });
+            phases.push((epoch_ms(), on));
+            std::thread::sleep(PHASE);
+            on = !on;
+        }
+        self.signal(libc::SIGSTOP);
+        phases.push((epoch_ms(), false));
+        phases
+    }
+
+    /// Ends fio (it reports on SIGINT) and returns what it moved over `on_ms` of being on.
+    fn finish(mut self, on_ms: u64) -> Moved {
+        self.signal(libc::SIGINT);
+        self.signal(libc::SIGCONT);
+        let out = self.0.take().expect("a running fio").wait_with_output();
+        let out = out.expect("fio's report");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let Some(start) = stdout.find('{') else {
+            // fio ends without a report when the signal comes before it set up its handler:
+            // still laying out its files (2,000 opens per job, at the cap's rate).
+            println!(
+                "the aggressor's fio reported nothing ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return Moved {
+                mib: f64::NAN,
+                ios: f64::NAN,
+            };
+        };
+        let json = &stdout[start..];
+        let report: Value = serde_json::from_str(json).expect("fio JSON");
+        let job = &report["jobs"][0];
+        let sum = |field: &str| {
+            ["read", "write"]
+                .iter()
+                .map(|d| job[d][field].as_f64().unwrap_or(0.0))
+                .sum::<f64>()
+        };
+        let secs = on_ms as f64 / 1e3;
+        Moved {
+            mib: sum("io_bytes") / MIB as f64 / secs,
+            ios: sum("total_ios") / secs,
+        }
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let child = self.0.as_ref().expect("a running fio");
+        // SAFETY: kill(2) on our own child, which has not been waited for yet.
+        let rc = unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        assert_eq!(
+            rc,
+            0,
+            "signal the aggressor: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 
-impl Drop for Running {
+impl Drop for Switched {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
-/// Aggressor `a`'s fio (files of its own), running until killed; with `at_cap`, its jobs
-/// together move exactly what its cap allows.
-fn aggressor_fio(dir: &Path, a: usize, agg: &Aggressor, at_cap: bool) -> Command {
+/// Aggressor `a`'s fio (files of its own), running until killed. Paced [`Pacing::ByFio`], its
+/// jobs pause after each I/O for as long as the cap allows per I/O of each job: a little under
+/// the cap, by the I/O's own time.
+fn aggressor_fio(dir: &Path, a: usize, agg: &Aggressor, pacing: Pacing) -> Command {
     let mut cmd = Command::new(common::FIO);
     cmd.arg(format!("--directory={}", dir.display()))
         .arg(format!("--name=aggressor{a}"))
         .arg(format!("--numjobs={}", agg.jobs))
         .args(["--direct=1", "--ioengine=psync", "--thread"])
         .args(["--time_based", "--runtime=3600", "--group_reporting"])
+        .arg("--output-format=json")
         .args(agg.fio)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    match (at_cap, agg.cap) {
-        (true, Cap::Iops(n)) => cmd.arg(format!("--rate_iops={}", n / agg.jobs)),
-        (true, Cap::MiBps(n)) => cmd.arg(format!("--rate={}k", n * 1024 / agg.jobs)),
-        _ => &mut cmd,
+    let per_second = match agg.cap {
+        Cap::Iops(n) => n as f64,
+        Cap::MiBps(n) => (n << 20) as f64 / agg.io_bytes as f64,
+        Cap::None => return cmd,
     };
+    if pacing == Pacing::ByFio {
+        let pause_us = agg.jobs as f64 * 1e6 / per_second;
+        cmd.arg(format!("--thinktime={}", pause_us as u64))
+            .arg("--thinktime_blocks=1");
+    }
     cmd
 }
