@@ -161,26 +161,39 @@ const GUARD: Duration = Duration::from_millis(250);
 /// The pause before each run, for what the run before left behind.
 const SETTLE: Duration = Duration::from_secs(3);
 
-/// One run's result.
-#[derive(Clone, Copy)]
-struct RunResult {
+/// The victim's completion latencies (ns) of one run, by whether the aggressor was on.
+#[derive(Clone, Default)]
+struct Samples {
+    on: Vec<u64>,
+    off: Vec<u64>,
+}
+
+impl Samples {
     /// The victim's p99 with the aggressor on, over its p99 with it off.
-    ratio: f64,
+    fn ratio(&self) -> f64 {
+        p99(&self.on) / p99(&self.off)
+    }
+}
+
+/// One run's result.
+#[derive(Clone)]
+struct RunResult {
+    samples: Samples,
     moved: Moved,
 }
 
 /// The runs of one aggressor and round.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Round {
     by_the_cap: Option<RunResult>,
     by_fio: Option<RunResult>,
 }
 
 impl Round {
-    fn get(&self, pacing: Pacing) -> Option<RunResult> {
+    fn get(&self, pacing: Pacing) -> Option<&RunResult> {
         match pacing {
-            Pacing::ByTheCap => self.by_the_cap,
-            Pacing::ByFio => self.by_fio,
+            Pacing::ByTheCap => self.by_the_cap.as_ref(),
+            Pacing::ByFio => self.by_fio.as_ref(),
         }
     }
 }
@@ -250,7 +263,10 @@ async fn main() {
                 if let Some(run) = r.get(pacing) {
                     println!(
                         "round {round}: {}: {what}: victim p99 on / off {:.2}; the aggressor moved {:.1} MiB/s, {:.0} I/Os a second while on",
-                        agg.name, run.ratio, run.moved.mib, run.moved.ios
+                        agg.name,
+                        run.samples.ratio(),
+                        run.moved.mib,
+                        run.moved.ios
                     );
                 }
             }
@@ -305,8 +321,8 @@ async fn one_round(
     for pacing in runs {
         std::thread::sleep(SETTLE);
         let aggressor = Switched::start(aggressor_fio(dirs.of(agg), a, agg, pacing));
-        let (ratio, moved) = interleaved(&dirs.victim, &dirs.logs, aggressor, secs);
-        let run = Some(RunResult { ratio, moved });
+        let (samples, moved) = interleaved(&dirs.victim, &dirs.logs, aggressor, secs);
+        let run = Some(RunResult { samples, moved });
         match pacing {
             Pacing::ByTheCap => r.by_the_cap = run,
             Pacing::ByFio => r.by_fio = run,
@@ -315,13 +331,13 @@ async fn one_round(
     r
 }
 
+/// The table. The figure is the victim's p99 over every read of every round with the
+/// aggressor on, against its p99 over every read with it off: the rounds pooled, which a
+/// run's interleaving makes fair (a drift of the machine meets both sides alike) and which
+/// ranks five times the reads a round has. Per round ratios show the spread.
 fn report(rounds_of: &[Vec<Round>]) {
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     println!(
-        "\n| aggressor | victim's p99 on / off, per round | median | goal ≤ 1.20 | paced by fio below its cap, median | the aggressor while on, median |"
+        "\n| aggressor | victim's p99 on / off, per round | all rounds pooled | goal ≤ 1.20 | paced by fio below its cap, pooled | the aggressor while on, median |"
     );
     println!("|---|---|---:|---|---:|---:|");
     for (agg, rounds) in AGGRESSORS
@@ -329,7 +345,7 @@ fn report(rounds_of: &[Vec<Round>]) {
         .zip(rounds_of)
         .filter(|(_, r)| !r.is_empty())
     {
-        let of = |pacing: Pacing| -> Vec<RunResult> {
+        let of = |pacing: Pacing| -> Vec<&RunResult> {
             rounds.iter().filter_map(|r| r.get(pacing)).collect()
         };
         // The figure: over the cap, or paced by fio where there is no cap to be over.
@@ -338,34 +354,51 @@ fn report(rounds_of: &[Vec<Round>]) {
         } else {
             of(Pacing::ByTheCap)
         };
-        let ratios: Vec<f64> = figure.iter().map(|r| r.ratio).collect();
-        let m = median(ratios.clone());
+        let pooled = pool(&figure).ratio();
         let (goal, paced) = match (agg.place, agg.cap) {
             (Place::LocalDisk, _) => ("— (control)".to_string(), "—".to_string()),
             (_, Cap::None) => ("— (no cap)".to_string(), "—".to_string()),
             _ => {
-                let met = if m <= 1.20 { "met" } else { "MISSED" };
-                let by_fio = median(of(Pacing::ByFio).iter().map(|r| r.ratio).collect());
+                let met = if pooled <= 1.20 { "met" } else { "MISSED" };
+                let by_fio = pool(&of(Pacing::ByFio)).ratio();
                 (met.to_string(), format!("{by_fio:.2}"))
             }
         };
-        let rate = match agg.cap {
-            Cap::MiBps(_) => format!(
-                "{:.1} MiB/s",
-                median(figure.iter().map(|r| r.moved.mib).collect())
-            ),
-            _ => format!(
-                "{:.0} I/Os a second",
-                median(figure.iter().map(|r| r.moved.ios).collect())
-            ),
-        };
-        let all: Vec<String> = ratios.iter().map(|x| format!("{x:.2}")).collect();
+        let all: Vec<String> = (figure.iter())
+            .map(|r| format!("{:.2}", r.samples.ratio()))
+            .collect();
         println!(
-            "| {} | {} | {m:.2} | {goal} | {paced} | {rate} |",
+            "| {} | {} | {pooled:.2} | {goal} | {paced} | {} |",
             agg.name,
-            all.join(", ")
+            all.join(", "),
+            moved(agg, &figure)
         );
     }
+}
+
+/// Every run's samples together.
+fn pool(runs: &[&RunResult]) -> Samples {
+    let mut all = Samples::default();
+    for r in runs {
+        all.on.extend_from_slice(&r.samples.on);
+        all.off.extend_from_slice(&r.samples.off);
+    }
+    all
+}
+
+/// What the aggressor moved while on, median over the runs, in the unit of its cap.
+fn moved(agg: &Aggressor, runs: &[&RunResult]) -> String {
+    let (mut v, unit): (Vec<f64>, _) = match agg.cap {
+        Cap::MiBps(_) => (runs.iter().map(|r| r.moved.mib).collect(), "MiB/s"),
+        _ => (runs.iter().map(|r| r.moved.ios).collect(), "I/Os a second"),
+    };
+    v.retain(|x| !x.is_nan());
+    if v.is_empty() {
+        // fio reports nothing when it is stopped before it has finished its start.
+        return "— (fio still starting)".to_string();
+    }
+    v.sort_by(f64::total_cmp);
+    format!("{:.1} {unit}", v[v.len() / 2])
 }
 
 /// Stages `id` and publishes it for a pod of `namespace`; the pod's target.
@@ -430,7 +463,7 @@ fn victim_job(secs: u64) -> Vec<String> {
 
 /// Runs the victim for `secs` while `aggressor` is switched on and off by phases; the
 /// victim's p99 with it on over its p99 with it off, and what the aggressor moved.
-fn interleaved(victim: &Path, logs: &Path, aggressor: Switched, secs: u64) -> (f64, Moved) {
+fn interleaved(victim: &Path, logs: &Path, aggressor: Switched, secs: u64) -> (Samples, Moved) {
     let prefix = logs.join("victim");
     let mut job = victim_job(secs);
     job.push(format!("--write_lat_log={}", prefix.display()));
@@ -463,7 +496,7 @@ fn interleaved(victim: &Path, logs: &Path, aggressor: Switched, secs: u64) -> (f
         on.len(),
         off.len()
     );
-    (p99(on) / p99(off), moved)
+    (Samples { on, off }, moved)
 }
 
 /// `(completion time in ms since the epoch, completion latency in ns)` of one line of fio's
@@ -484,7 +517,8 @@ fn phase_at(phases: &[(u64, bool)], at_ms: u64) -> Option<bool> {
         .map(|w| w[0].1)
 }
 
-fn p99(mut v: Vec<u64>) -> f64 {
+fn p99(v: &[u64]) -> f64 {
+    let mut v = v.to_vec();
     v.sort_unstable();
     v[(v.len() * 99 / 100).min(v.len() - 1)] as f64
 }

@@ -6,6 +6,7 @@ use crate::dfs::{
     Attr, Dfs, DfsError, DfsResult, DirPage, Errno, Oid, SetAttr, StatFs, XATTR_VALUE_MAX,
     XattrMode,
 };
+use dpufs_proto::dfs::check_xattr_name;
 use dpufs_proto::engine::v1::{self as proto, dfs_reply::Result as Res, dfs_request::Op};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -191,6 +192,7 @@ impl Dfs for EngineDfs {
     }
 
     fn setxattr(&self, oid: Oid, name: &str, value: &[u8], mode: XattrMode) -> DfsResult<()> {
+        check_xattr_name(name)?;
         if value.len() > XATTR_VALUE_MAX {
             return Err(DfsError::new(
                 Errno(libc::E2BIG),
@@ -211,6 +213,7 @@ impl Dfs for EngineDfs {
     }
 
     fn getxattr(&self, oid: Oid, name: &str) -> DfsResult<Vec<u8>> {
+        check_xattr_name(name)?;
         let op = Op::Getxattr(proto::XattrName {
             oid,
             name: name.to_string(),
@@ -230,6 +233,7 @@ impl Dfs for EngineDfs {
     }
 
     fn removexattr(&self, oid: Oid, name: &str) -> DfsResult<()> {
+        check_xattr_name(name)?;
         let op = Op::Removexattr(proto::XattrName {
             oid,
             name: name.to_string(),

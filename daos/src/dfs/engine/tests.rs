@@ -206,6 +206,27 @@ fn oversized_xattrs_are_refused_before_sending() {
     assert_eq!(fake.requests.load(Ordering::SeqCst), before);
 }
 
+/// The engine refuses a name outside the user, trusted and security namespaces before it looks
+/// at the object (`cp -a` sets `system.posix_acl_access` on every file it copies): the client
+/// gives the same answer without the round trip.
+#[test]
+fn xattr_names_the_engine_refuses_are_refused_before_sending() {
+    let (fake, dfs) = mounted();
+    let before = fake.requests.load(Ordering::SeqCst);
+    let acl = "system.posix_acl_access";
+    let refused = [
+        dfs.setxattr(2, acl, b"x", XattrMode::Any).unwrap_err(),
+        dfs.getxattr(2, acl).unwrap_err(),
+        dfs.removexattr(2, acl).unwrap_err(),
+    ];
+    for e in refused {
+        assert_eq!(e.errno, Errno::OPNOTSUPP, "{e}");
+    }
+    let too_long = "user.".to_string() + &"n".repeat(300);
+    assert_eq!(dfs.getxattr(2, &too_long).unwrap_err().errno, Errno::RANGE);
+    assert_eq!(fake.requests.load(Ordering::SeqCst), before);
+}
+
 #[test]
 fn small_transfers_go_inline_when_the_engine_offers_it() {
     let fake = Arc::new(FakeEngine {
