@@ -262,9 +262,11 @@ async fn main() {
             ] {
                 if let Some(run) = r.get(pacing) {
                     println!(
-                        "round {round}: {}: {what}: victim p99 on / off {:.2}; the aggressor moved {:.1} MiB/s, {:.0} I/Os a second while on",
+                        "round {round}: {}: {what}: victim p99 on / off {:.2} ({:.0} / {:.0} µs); the aggressor moved {:.1} MiB/s, {:.0} I/Os a second while on",
                         agg.name,
                         run.samples.ratio(),
+                        p99(&run.samples.on) / 1e3,
+                        p99(&run.samples.off) / 1e3,
                         run.moved.mib,
                         run.moved.ios
                     );
