@@ -17,7 +17,7 @@
 //!
 //! Two controls: the first aggressor with no cap at all, and the same bytes as the 20 MiB/s
 //! writer written by fio into the local disk, outside dpufs (what the machine itself does).
-//! Medians over rounds.
+//! The figure pools every round's reads; per round ratios show the spread.
 //!
 //! `cargo bench -p dpufs-csi --bench tenant_isolation` (as root, for the mounts; the release build,
 //! which the figures are of: the debug build's copies cost enough CPU to move the victim);
@@ -238,11 +238,7 @@ async fn main() {
     std::fs::create_dir_all(&dirs.local_disk).expect("local disk dir");
     std::fs::create_dir_all(&dirs.logs).expect("log dir");
     // Every file, laid out once, before any cap.
-    let layout = victim_job(1);
-    common::fio(
-        &dirs.victim,
-        &layout.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    run_fio(&dirs.victim, &victim_job(1));
     for &(a, agg) in &chosen {
         let status = aggressor_fio(dirs.of(agg), a, agg, Pacing::ByTheCap)
             .arg("--create_only=1")
@@ -470,10 +466,9 @@ fn interleaved(victim: &Path, logs: &Path, aggressor: Switched, secs: u64) -> (S
     let mut job = victim_job(secs);
     job.push(format!("--write_lat_log={}", prefix.display()));
     job.extend(["--log_unix_epoch=1", "--log_avg_msec=0"].map(String::from));
-    let job: Vec<&str> = job.iter().map(String::as_str).collect();
     let phases = std::thread::scope(|s| {
         let switching = s.spawn(|| aggressor.switch_for(Duration::from_secs(secs)));
-        common::fio(victim, &job);
+        run_fio(victim, &job);
         switching.join().expect("the switching thread")
     });
     let on_ms: u64 = (phases.windows(2))
@@ -499,6 +494,11 @@ fn interleaved(victim: &Path, logs: &Path, aggressor: Switched, secs: u64) -> (S
         off.len()
     );
     (Samples { on, off }, moved)
+}
+
+fn run_fio(dir: &Path, job: &[String]) -> Value {
+    let job: Vec<&str> = job.iter().map(String::as_str).collect();
+    common::fio(dir, &job)
 }
 
 /// `(completion time in ms since the epoch, completion latency in ns)` of one line of fio's
@@ -578,8 +578,7 @@ impl Switched {
         self.signal(libc::SIGCONT);
         let out = self.0.take().expect("a running fio").wait_with_output();
         let out = out.expect("fio's report");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let Some(start) = stdout.find('{') else {
+        let Some(report) = common::fio_report(&String::from_utf8_lossy(&out.stdout)) else {
             // fio ends without a report when the signal comes before it set up its handler:
             // still laying out its files (2,000 opens per job, at the cap's rate).
             println!(
@@ -592,8 +591,6 @@ impl Switched {
                 ios: f64::NAN,
             };
         };
-        let json = &stdout[start..];
-        let report: Value = serde_json::from_str(json).expect("fio JSON");
         let job = &report["jobs"][0];
         let sum = |field: &str| {
             ["read", "write"]

@@ -61,13 +61,18 @@ pub fn fio(dir: &Path, args: &[&str]) -> Value {
         "fio {args:?} failed ({}):\n{stderr}\n{stdout}",
         out.status
     );
-    // fio may print notes before the JSON document.
-    let json = &stdout[stdout.find('{').expect("fio JSON")..];
-    let v: Value = serde_json::from_str(json).expect("fio JSON");
+    let v = fio_report(&stdout).expect("fio JSON");
     for job in v["jobs"].as_array().expect("jobs") {
         assert_eq!(job["error"], 0, "fio job failed: {job}");
     }
     v
+}
+
+/// fio's JSON report in its standard output (fio may print notes before it); None if there is
+/// none.
+pub fn fio_report(stdout: &str) -> Option<Value> {
+    let json = &stdout[stdout.find('{')?..];
+    Some(serde_json::from_str(json).expect("fio JSON"))
 }
 
 /// Writes with `job` (plus fio's own verify), then reads everything back with direct reads
