@@ -335,9 +335,9 @@ async fn one_round(
 /// ranks five times the reads a round has. Per round ratios show the spread.
 fn report(rounds_of: &[Vec<Round>]) {
     println!(
-        "\n| aggressor | victim's p99 on / off, per round | all rounds pooled | goal ≤ 1.20 | paced by fio below its cap, pooled | the aggressor while on, median |"
+        "\n| aggressor | victim's p99 on / off, per round | all rounds pooled | pooled p99 on / off, µs | goal ≤ 1.20 | paced by fio below its cap, pooled | the aggressor while on, median |"
     );
-    println!("|---|---|---:|---|---:|---:|");
+    println!("|---|---|---:|---:|---|---:|---:|");
     for (agg, rounds) in AGGRESSORS
         .iter()
         .zip(rounds_of)
@@ -352,7 +352,16 @@ fn report(rounds_of: &[Vec<Round>]) {
         } else {
             of(Pacing::ByTheCap)
         };
-        let pooled = pool(&figure).ratio();
+        // The latencies as well as their ratio: a change that makes the victim slower with the
+        // aggressor off makes the ratio look better.
+        let pooled_samples = pool(&figure);
+        let pooled = pooled_samples.ratio();
+        let micros = |v: &[u64]| p99(v) / 1000.0;
+        let absolute = format!(
+            "{:.0} / {:.0}",
+            micros(&pooled_samples.on),
+            micros(&pooled_samples.off)
+        );
         let (goal, paced) = match (agg.place, agg.cap) {
             (Place::LocalDisk, _) => ("— (control)".to_string(), "—".to_string()),
             (_, Cap::None) => ("— (no cap)".to_string(), "—".to_string()),
@@ -366,7 +375,7 @@ fn report(rounds_of: &[Vec<Round>]) {
             .map(|r| format!("{:.2}", r.samples.ratio()))
             .collect();
         println!(
-            "| {} | {} | {pooled:.2} | {goal} | {paced} | {} |",
+            "| {} | {} | {pooled:.2} | {absolute} | {goal} | {paced} | {} |",
             agg.name,
             all.join(", "),
             moved(agg, &figure)
@@ -576,6 +585,20 @@ impl Switched {
     fn finish(mut self, on_ms: u64) -> Moved {
         self.signal(libc::SIGINT);
         self.signal(libc::SIGCONT);
+        // fio can miss the SIGINT: a file-create job once ran on for 15 minutes after it, at
+        // its cap's rate, until a second one. Ask again until it ends.
+        let mut asked = std::time::Instant::now();
+        while (self.0.as_mut().expect("a running fio").try_wait())
+            .expect("wait for fio")
+            .is_none()
+        {
+            if asked.elapsed() >= Duration::from_secs(5) {
+                self.signal(libc::SIGINT);
+                asked = std::time::Instant::now();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Its report (a few KiB) waits in the pipe.
         let out = self.0.take().expect("a running fio").wait_with_output();
         let out = out.expect("fio's report");
         let Some(report) = common::fio_report(&String::from_utf8_lossy(&out.stdout)) else {

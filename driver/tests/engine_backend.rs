@@ -9,7 +9,9 @@ mod common;
 use common::{EngineBacking, Opts, WorkerProc, can_mount, errno_of, tempdir, worker_bin};
 use dpufs_daos::capability::{AgentKey, Rights};
 use dpufs_e2e::files::write_synced;
+use std::ffi::CString;
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -263,6 +265,50 @@ fn two_mounts_of_a_multi_writer_volume_see_each_others_closed_files() {
             b"made by B"
         );
     }
+}
+
+#[test]
+fn a_directory_opens_without_the_engine_and_one_another_mount_removed_fails_at_its_listing() {
+    if !can_mount() {
+        return;
+    }
+    let backing = EngineBacking::start();
+    // A trusts its kernel's entries for an hour: the removal below cannot reach it by a lookup.
+    let long_ttl = Opts {
+        args: ["--entry-ttl", "3600", "--attr-ttl", "3600"]
+            .map(String::from)
+            .to_vec(),
+        fuse_fd: None,
+    };
+    let a = WorkerProc::start(&backing, long_ttl);
+    let b = WorkerProc::start(&backing, Opts::default());
+    std::fs::create_dir(a.path("d")).unwrap();
+    std::fs::write(a.path("d/f"), b"x").unwrap();
+    assert_eq!(std::fs::read_dir(a.path("d")).unwrap().count(), 1);
+    std::fs::remove_file(b.path("d/f")).unwrap();
+    std::fs::remove_dir(b.path("d")).unwrap();
+    // The open is A's alone (open(2) only: opendir(3) would stat the directory as well); the
+    // listing asks the engine, which no longer has the directory.
+    let path = CString::new(a.path("d").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) };
+    assert!(
+        fd >= 0,
+        "opendir asks the engine nothing: {}",
+        std::io::Error::last_os_error()
+    );
+    let mut buf = [0u8; 4096];
+    // SAFETY: `fd` is open and `buf` is valid for its length.
+    let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+    let e = std::io::Error::last_os_error();
+    // SAFETY: closes the descriptor opened above.
+    unsafe { libc::close(fd) };
+    assert_eq!(n, -1, "a listing of a directory that is gone");
+    assert_eq!(
+        errno_of(&e),
+        "ESTALE",
+        "the engine's answer for an object that is gone"
+    );
 }
 
 fn changed_dir_answers(w: &WorkerProc) -> u64 {
