@@ -173,6 +173,12 @@ impl Samples {
     fn ratio(&self) -> f64 {
         p99(&self.on) / p99(&self.off)
     }
+
+    /// The victim's p99 with the aggressor on and off, in µs: shown beside the ratio, since a
+    /// change that makes the victim slower with the aggressor off makes the ratio look better.
+    fn p99s_us(&self) -> (f64, f64) {
+        (p99(&self.on) / 1e3, p99(&self.off) / 1e3)
+    }
 }
 
 /// One run's result.
@@ -257,12 +263,13 @@ async fn main() {
                 (Pacing::ByFio, "paced by fio"),
             ] {
                 if let Some(run) = r.get(pacing) {
+                    let (on_us, off_us) = run.samples.p99s_us();
                     println!(
                         "round {round}: {}: {what}: victim p99 on / off {:.2} ({:.0} / {:.0} µs); the aggressor moved {:.1} MiB/s, {:.0} I/Os a second while on",
                         agg.name,
                         run.samples.ratio(),
-                        p99(&run.samples.on) / 1e3,
-                        p99(&run.samples.off) / 1e3,
+                        on_us,
+                        off_us,
                         run.moved.mib,
                         run.moved.ios
                     );
@@ -352,16 +359,10 @@ fn report(rounds_of: &[Vec<Round>]) {
         } else {
             of(Pacing::ByTheCap)
         };
-        // The latencies as well as their ratio: a change that makes the victim slower with the
-        // aggressor off makes the ratio look better.
         let pooled_samples = pool(&figure);
         let pooled = pooled_samples.ratio();
-        let micros = |v: &[u64]| p99(v) / 1000.0;
-        let absolute = format!(
-            "{:.0} / {:.0}",
-            micros(&pooled_samples.on),
-            micros(&pooled_samples.off)
-        );
+        let (on_us, off_us) = pooled_samples.p99s_us();
+        let absolute = format!("{on_us:.0} / {off_us:.0}");
         let (goal, paced) = match (agg.place, agg.cap) {
             (Place::LocalDisk, _) => ("— (control)".to_string(), "—".to_string()),
             (_, Cap::None) => ("— (no cap)".to_string(), "—".to_string()),
