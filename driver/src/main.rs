@@ -539,15 +539,17 @@ struct WorkerArgs {
     /// Who writes the volume: multi-writer (RWX), single-writer (RWO) or read-only (ROX).
     #[arg(long, default_value = "multi-writer")]
     access: AccessMode,
-    /// Seconds the kernel may cache attributes.
-    #[arg(long, default_value_t = 1.0)]
-    attr_ttl: f64,
-    /// Seconds the kernel may cache name lookups.
-    #[arg(long, default_value_t = 1.0)]
-    entry_ttl: f64,
-    /// Seconds the kernel may cache "no such file" (0: never).
-    #[arg(long, default_value_t = 0.0)]
-    negative_ttl: f64,
+    /// Seconds the kernel may cache attributes (default: 1, or 60 with --access single-writer).
+    #[arg(long)]
+    attr_ttl: Option<f64>,
+    /// Seconds the kernel may cache name lookups (default: 1, or 60 with --access
+    /// single-writer).
+    #[arg(long)]
+    entry_ttl: Option<f64>,
+    /// Seconds the kernel may cache "no such file" (0: never; default: 0, or 60 with --access
+    /// single-writer).
+    #[arg(long)]
+    negative_ttl: Option<f64>,
     /// Page cache for file data: on, or off (every read and write reaches the worker).
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     data_cache: String,
@@ -600,13 +602,18 @@ fn block_stop_signals() -> libc::sigset_t {
 }
 
 fn worker(a: WorkerArgs) -> Result<()> {
+    let defaults = FsConfig::for_access(a.access);
+    let ttl = |flag: Option<f64>, name: &str, default: Duration| match flag {
+        Some(v) => secs(v, name),
+        None => Ok(default),
+    };
     let fs = FsConfig {
-        attr_ttl: secs(a.attr_ttl, "attr-ttl")?,
-        entry_ttl: secs(a.entry_ttl, "entry-ttl")?,
-        negative_ttl: secs(a.negative_ttl, "negative-ttl")?,
+        attr_ttl: ttl(a.attr_ttl, "attr-ttl", defaults.attr_ttl)?,
+        entry_ttl: ttl(a.entry_ttl, "entry-ttl", defaults.entry_ttl)?,
+        negative_ttl: ttl(a.negative_ttl, "negative-ttl", defaults.negative_ttl)?,
         data_cache: a.data_cache == "on",
-        access: a.access,
         writeback_cache: a.writeback_cache,
+        ..defaults
     };
     let source = match (a.fuse_fd, a.mountpoint, a.vhost_user_socket) {
         _ if a.keeper.is_some() => Source::Keeper {

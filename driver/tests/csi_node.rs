@@ -788,3 +788,55 @@ async fn stages_racing_for_the_last_places_stage_no_more_than_max_volumes_per_no
         bed.unstage(id, staging).await.unwrap();
     }
 }
+
+/// A ReadWriteOncePod claim (SINGLE_NODE_SINGLE_WRITER) makes its pod the volume's only writer
+/// anywhere, so the node plugin stages it single-writer and the kernel may remember names,
+/// attributes and absent names for a minute (docs/worker.md, "Caching by access mode"): a name
+/// looked up three times that does not exist costs one request, and a file then created
+/// under it is found. Staged for several writers, each look asks the engine. A stage of the
+/// volume with the other access is refused while it is staged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_write_once_pod_stage_lets_the_kernel_remember_absent_names() {
+    use access_mode::Mode;
+    if !can_mount() {
+        return;
+    }
+    let bed = bed().await;
+    let id = bed.create("pvc-rwop", "ns-a").await.volume_id;
+    let staging = bed.path("rwop-globalmount");
+    std::fs::create_dir_all(&staging).unwrap();
+    for (mode, access, lookups) in [
+        (Mode::SingleNodeSingleWriter, "SingleWriter", 1),
+        (Mode::MultiNodeMultiWriter, "MultiWriter", 3),
+    ] {
+        bed.stage_as(&id, &staging, mode).await.expect("NodeStage");
+        let other = match mode {
+            Mode::SingleNodeSingleWriter => Mode::SingleNodeWriter,
+            _ => Mode::SingleNodeSingleWriter,
+        };
+        let refused = bed.stage_as(&id, &staging, other).await.unwrap_err();
+        assert_eq!(refused.code(), Code::AlreadyExists, "{refused:?}");
+        let (volume, _) = bed.keeper_volumes()[0].clone();
+        assert_eq!(bed.worker_health(&volume).info.access, access);
+        let count = || {
+            let stats = bed.worker_stats(&volume);
+            stats.ops.get("lookup").map_or(0, |o| o.count)
+        };
+        let (before, absent) = (count(), staging.join(format!("absent-{access}")));
+        for _ in 0..3 {
+            let err = std::fs::metadata(&absent).unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
+        }
+        assert_eq!(
+            count() - before,
+            lookups,
+            "{access}: lookups of an absent name"
+        );
+        std::fs::write(&absent, b"created after its absence was cached").unwrap();
+        assert_eq!(
+            std::fs::read(&absent).unwrap(),
+            b"created after its absence was cached"
+        );
+        bed.unstage(&id, &staging).await.expect("unstage");
+    }
+}

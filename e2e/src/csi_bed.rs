@@ -8,7 +8,7 @@
 
 use crate::volume::EngineVolume;
 use dpufs_daos::{ContainerAdmin, EngineContainers};
-use dpufs_node_api::control::{self, Health};
+use dpufs_node_api::control::{self, Health, WorkerStats};
 use dpufs_node_api::keeper::{List, Recovered, Reply, Request, VolumeStatus};
 use dpufs_proto::csi::v1::controller_client::ControllerClient;
 use dpufs_proto::csi::v1::identity_client::IdentityClient;
@@ -410,12 +410,23 @@ impl CsiPlugins {
     }
 
     pub async fn stage(&self, id: &str, staging: &Path) -> Result<(), tonic::Status> {
+        self.stage_as(id, staging, access_mode::Mode::MultiNodeMultiWriter)
+            .await
+    }
+
+    /// NodeStageVolume with the access mode `mode`.
+    pub async fn stage_as(
+        &self,
+        id: &str,
+        staging: &Path,
+        mode: access_mode::Mode,
+    ) -> Result<(), tonic::Status> {
         self.node
             .clone()
             .node_stage_volume(csi::NodeStageVolumeRequest {
                 volume_id: id.into(),
                 staging_target_path: staging.display().to_string(),
-                volume_capability: Some(cap(access_mode::Mode::MultiNodeMultiWriter)),
+                volume_capability: Some(cap(mode)),
                 ..Default::default()
             })
             .await
@@ -518,6 +529,21 @@ impl CsiPlugins {
 
     /// The `health` of the worker serving the keeper's volume `volume` now.
     pub fn worker_health(&self, volume: &str) -> Health {
+        match self.ask_worker(volume, control::Request::Health) {
+            control::Reply::Health(h) => h,
+            other => panic!("the worker answered health with {other:?}"),
+        }
+    }
+
+    /// The `stats` of the worker serving the keeper's volume `volume` now.
+    pub fn worker_stats(&self, volume: &str) -> WorkerStats {
+        match self.ask_worker(volume, control::Request::Stats) {
+            control::Reply::Stats(s) => s,
+            other => panic!("the worker answered stats with {other:?}"),
+        }
+    }
+
+    fn ask_worker(&self, volume: &str, req: control::Request) -> control::Reply {
         let generation = self
             .keeper_list()
             .into_iter()
@@ -530,11 +556,8 @@ impl CsiPlugins {
             .join(volume)
             .join(format!("worker-{generation}"))
             .join("control.sock");
-        let req = control::Request::Health;
-        match req.decode_reply(&ask(&socket, &req.encode())) {
-            Ok(control::Reply::Health(h)) => h,
-            other => panic!("the worker answered health with {other:?}"),
-        }
+        req.decode_reply(&ask(&socket, &req.encode()))
+            .unwrap_or_else(|e| panic!("the worker's answer to {req:?}: {e}"))
     }
 
     /// The node plugin's stage records.

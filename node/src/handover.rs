@@ -96,6 +96,17 @@ pub enum AccessMode {
     ReadOnly,
 }
 
+impl AccessMode {
+    /// The name `--access` takes (and [`std::str::FromStr`] reads).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccessMode::MultiWriter => "multi-writer",
+            AccessMode::SingleWriter => "single-writer",
+            AccessMode::ReadOnly => "read-only",
+        }
+    }
+}
+
 impl std::str::FromStr for AccessMode {
     type Err = String;
     fn from_str(s: &str) -> Result<AccessMode, String> {
@@ -259,5 +270,12 @@ mod tests {
         assert_eq!("read-only".parse(), Ok(AccessMode::ReadOnly));
         assert_eq!("single-writer".parse(), Ok(AccessMode::SingleWriter));
         assert!("rw".parse::<AccessMode>().is_err());
+        for mode in [
+            AccessMode::MultiWriter,
+            AccessMode::SingleWriter,
+            AccessMode::ReadOnly,
+        ] {
+            assert_eq!(mode.as_str().parse(), Ok(mode));
+        }
     }
 }

@@ -156,11 +156,13 @@ pub struct Published {
     pub target: PathBuf,
 }
 
+/// The volume is `up`'s alone, mounted once at `./mnt`: a single writer (ReadWriteOncePod),
+/// so its worker lets the kernel cache names and attributes hard (docs/worker.md).
 fn capability() -> VolumeCapability {
     VolumeCapability {
         access_type: Some(AccessType::Mount(MountVolume::default())),
         access_mode: Some(AccessMode {
-            mode: access_mode::Mode::SingleNodeWriter as i32,
+            mode: access_mode::Mode::SingleNodeSingleWriter as i32,
         }),
     }
 }

@@ -92,12 +92,34 @@ pub struct FsConfig {
 
 impl Default for FsConfig {
     fn default() -> Self {
+        FsConfig::for_access(AccessMode::MultiWriter)
+    }
+}
+
+/// How long a single-writer mount lets the kernel trust names, attributes and absent names.
+/// Every change then goes through this kernel, which drops what its own requests change, so
+/// longer only saves more round trips; past a minute the lookups saved are few (one per
+/// name and minute), while an engine crash that took back unsynced creates leaves the kernel
+/// showing them (their requests fail ESTALE) no longer than this.
+pub const SINGLE_WRITER_TTL: Duration = Duration::from_secs(60);
+
+impl FsConfig {
+    /// The caching a mount written as `access` says gets by default. Several writers: names
+    /// and attributes for 1 s and no absent names (close-to-open consistency, another node's
+    /// changes seen within a second). One writer: [`SINGLE_WRITER_TTL`] for all three.
+    pub fn for_access(access: AccessMode) -> FsConfig {
+        let (ttl, negative_ttl) = match access {
+            AccessMode::SingleWriter => (SINGLE_WRITER_TTL, SINGLE_WRITER_TTL),
+            AccessMode::MultiWriter | AccessMode::ReadOnly => {
+                (Duration::from_secs(1), Duration::ZERO)
+            }
+        };
         FsConfig {
-            attr_ttl: Duration::from_secs(1),
-            entry_ttl: Duration::from_secs(1),
-            negative_ttl: Duration::ZERO,
+            attr_ttl: ttl,
+            entry_ttl: ttl,
+            negative_ttl,
             data_cache: true,
-            access: AccessMode::MultiWriter,
+            access,
             writeback_cache: false,
         }
     }

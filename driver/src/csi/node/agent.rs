@@ -104,6 +104,7 @@ mod tests {
             pool: pool.into(),
             container: container.into(),
             read_only: false,
+            single_writer: false,
             daos_uid,
         };
         (id, volume)

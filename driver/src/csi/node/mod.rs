@@ -22,6 +22,7 @@ use crate::csi::error::{CsiError, PathError};
 use crate::csi::locks::VolumeLocks;
 use crate::csi::{TOPOLOGY_NODE_KEY, TOPOLOGY_SYSTEM_KEY};
 use crate::keeper::Keeper;
+use dpufs_node_api::handover::AccessMode;
 use dpufs_proto::csi::v1::{
     self as csi, NodeServiceCapability, Topology, VolumeCapability, node_server::Node,
     node_service_capability, volume_capability,
@@ -158,6 +159,24 @@ pub(crate) fn is_directory(path: &std::path::Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
 }
 
+/// Who writes a volume staged with `cap`, which tells its worker what the kernel may cache.
+/// Only SINGLE_NODE_SINGLE_WRITER (ReadWriteOncePod) makes this node's pod the volume's only
+/// writer: Kubernetes enforces it across the cluster. SINGLE_NODE_WRITER (ReadWriteOnce) does
+/// not, for a driver without attach (`attachRequired: false`): pods on two nodes may mount
+/// one RWO claim, so it stays multi-writer.
+pub(crate) fn access_of(cap: &VolumeCapability) -> AccessMode {
+    use volume_capability::access_mode::Mode;
+    let mode = cap
+        .access_mode
+        .as_ref()
+        .and_then(|m| Mode::try_from(m.mode).ok());
+    match mode {
+        _ if reader_only(cap) => AccessMode::ReadOnly,
+        Some(Mode::SingleNodeSingleWriter) => AccessMode::SingleWriter,
+        _ => AccessMode::MultiWriter,
+    }
+}
+
 /// Whether a capability only reads: its access mode lets no one write.
 pub(crate) fn reader_only(cap: &VolumeCapability) -> bool {
     use volume_capability::access_mode::Mode;
@@ -229,5 +248,33 @@ impl Node for NodeService {
         _: Request<csi::NodeGetInfoRequest>,
     ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
         Ok(Response::new(self.info().await?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use volume_capability::access_mode::Mode;
+
+    /// Only ReadWriteOncePod makes one writer: ReadWriteOnce admits pods on two nodes when
+    /// the driver has no attach step.
+    #[test]
+    fn only_single_node_single_writer_stages_a_single_writer() {
+        let cases = [
+            (Mode::SingleNodeSingleWriter, AccessMode::SingleWriter),
+            (Mode::SingleNodeWriter, AccessMode::MultiWriter),
+            (Mode::SingleNodeMultiWriter, AccessMode::MultiWriter),
+            (Mode::MultiNodeMultiWriter, AccessMode::MultiWriter),
+            (Mode::MultiNodeSingleWriter, AccessMode::MultiWriter),
+            (Mode::SingleNodeReaderOnly, AccessMode::ReadOnly),
+            (Mode::MultiNodeReaderOnly, AccessMode::ReadOnly),
+        ];
+        for (mode, access) in cases {
+            let cap = VolumeCapability {
+                access_mode: Some(volume_capability::AccessMode { mode: mode as i32 }),
+                ..Default::default()
+            };
+            assert_eq!(access_of(&cap), access, "{mode:?}");
+        }
     }
 }

@@ -22,6 +22,7 @@ use crate::csi::label::REQUEST_ATTR;
 use crate::csi::qos;
 use crate::csi::volume_id::{VolumeId, VolumeIdError};
 use crate::launcher::{Attachment, VolumeState, WantedVolume, ensure_volume};
+use dpufs_node_api::handover::AccessMode;
 use dpufs_node_api::keeper::{Reply, Request as KeeperRequest};
 use dpufs_node_api::qos::QosLimits;
 use std::collections::HashSet;
@@ -39,11 +40,21 @@ pub(super) fn node_err(step: &str) -> impl FnOnce(String) -> StageError + '_ {
 }
 
 /// How a stage's access reads in messages.
-pub(crate) fn describe(read_only: bool) -> &'static str {
+pub(crate) fn describe(access: AccessMode) -> &'static str {
+    match access {
+        AccessMode::ReadOnly => "reading only",
+        AccessMode::MultiWriter => "reading and writing",
+        AccessMode::SingleWriter => "reading and writing by one pod",
+    }
+}
+
+/// The access of a stage that tells only readers from writers: DPU mode's, whose virtio-fs
+/// devices are multi-writer even for a ReadWriteOncePod claim (docs/dpu.md).
+pub(crate) fn shared_access(read_only: bool) -> AccessMode {
     if read_only {
-        "reading only"
+        AccessMode::ReadOnly
     } else {
-        "reading and writing"
+        AccessMode::MultiWriter
     }
 }
 
@@ -116,6 +127,15 @@ enum ServedBy {
 impl ServedBy {
     /// The worker's backend arguments for `volume`, whose capability file is `capability`.
     fn worker_args(&self, volume: &StagedVolume, capability: &Path) -> Vec<String> {
+        let mut args = self.backend_args(volume, capability);
+        // The only writer anywhere: the kernel may cache names, attributes and pages hard.
+        if volume.access() == AccessMode::SingleWriter {
+            args.extend(["--access".into(), AccessMode::SingleWriter.as_str().into()]);
+        }
+        args
+    }
+
+    fn backend_args(&self, volume: &StagedVolume, capability: &Path) -> Vec<String> {
         match self {
             ServedBy::Engine(data) => vec![
                 "--backend".into(),
@@ -271,15 +291,15 @@ impl Stager {
             .map_err(|e| node_err("reading the stage records")(e.to_string()))
     }
 
-    /// Prepares `id` to be served at `at` (the staging path, or the vhost-user socket) for
-    /// reading only or not: [`Stager::plan`], then [`Planned::write`].
+    /// Prepares `id` to be served at `at` (the staging path, or the vhost-user socket) with
+    /// `access`: [`Stager::plan`], then [`Planned::write`].
     pub async fn prepare(
         &self,
         id: &VolumeId,
         at: &Path,
-        read_only: bool,
+        access: AccessMode,
     ) -> Result<Prepared, StageError> {
-        self.plan(id, at, read_only).await?.write(self)
+        self.plan(id, at, access).await?.write(self)
     }
 
     /// What a stage of `id` will record, from its record or from DAOS, writing nothing: the
@@ -290,14 +310,14 @@ impl Stager {
         &self,
         id: &VolumeId,
         at: &Path,
-        read_only: bool,
+        access: AccessMode,
     ) -> Result<Planned, StageError> {
         let known = self.staged(id)?;
         let new = known.is_none();
         let clients = self.dir.system(&id.system).await?;
         let (mut volume, limits, reservation) = match known {
             Some(v) => {
-                let v = check_same(id, v, at, read_only)?;
+                let v = check_same(id, v, at, access)?;
                 let limits = qos::read(&clients, id)
                     .await
                     .map_err(|source| StageError::Daos {
@@ -308,7 +328,7 @@ impl Stager {
             }
             None => {
                 let reservation = self.reserve(id)?;
-                let (v, limits) = self.resolve(&clients, id, at, read_only).await?;
+                let (v, limits) = self.resolve(&clients, id, at, access).await?;
                 (v, limits, Some(reservation))
             }
         };
@@ -364,7 +384,7 @@ impl Stager {
         clients: &SystemClients,
         id: &VolumeId,
         at: &Path,
-        read_only: bool,
+        access: AccessMode,
     ) -> Result<(StagedVolume, QosLimits), StageError> {
         let (pool, container) = (id.pool.to_string(), id.container.to_string());
         let attrs = clients
@@ -382,16 +402,18 @@ impl Stager {
                 id: id.to_string(),
                 container: container.clone(),
             })?;
-        let volume = StagedVolume {
+        let mut volume = StagedVolume {
             volume_id: id.to_string(),
             served_at: at.to_path_buf(),
             tenant: record.tenant,
             principal: record.principal,
             pool,
             container,
-            read_only,
+            read_only: false,
+            single_writer: false,
             daos_uid: None,
         };
+        volume.set_access(access);
         Ok((volume, qos::of(id, &attrs)))
     }
 
@@ -505,7 +527,7 @@ fn check_same(
     id: &VolumeId,
     v: StagedVolume,
     at: &Path,
-    read_only: bool,
+    access: AccessMode,
 ) -> Result<StagedVolume, StageError> {
     if v.served_at != at {
         return Err(StageError::StagedElsewhere {
@@ -514,11 +536,11 @@ fn check_same(
             asked: at.display().to_string(),
         });
     }
-    if v.read_only != read_only {
+    if v.access() != access {
         return Err(StageError::OtherAccess {
             id: id.to_string(),
-            staged: describe(v.read_only),
-            asked: describe(read_only),
+            staged: describe(v.access()),
+            asked: describe(access),
         });
     }
     Ok(v)

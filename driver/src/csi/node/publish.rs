@@ -7,12 +7,13 @@
 //! connection, and binds it the same way.
 
 use super::mounts;
-use super::reader_only;
 use super::record::{StagedVolume, VolumeFiles};
 use super::{NodeService, is_directory, node_path};
+use super::{access_of, reader_only};
 use crate::csi::controller::check_capability;
 use crate::csi::error::{PathError, PublishError};
 use crate::csi::volume_id::{VolumeId, VolumeIdError};
+use dpufs_node_api::handover::AccessMode;
 use dpufs_node_api::mountinfo::MountInfo;
 use dpufs_proto::csi::v1::{
     NodePublishVolumeRequest, NodeUnpublishVolumeRequest, VolumeCapability,
@@ -225,10 +226,7 @@ fn not_staged(id: &str, staging: &Path) -> PublishError {
 /// Whether the access mode allows one writer only, in one pod: SINGLE_NODE_SINGLE_WRITER
 /// (ReadWriteOncePod).
 fn single_writer(cap: &VolumeCapability) -> bool {
-    use dpufs_proto::csi::v1::volume_capability::access_mode::Mode;
-    cap.access_mode
-        .as_ref()
-        .is_some_and(|m| m.mode == Mode::SingleNodeSingleWriter as i32)
+    access_of(cap) == AccessMode::SingleWriter
 }
 
 /// A single-writer volume goes to one target: FAILED_PRECONDITION when a bind of the staged

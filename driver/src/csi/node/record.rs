@@ -4,6 +4,7 @@
 //! volume it staged, whose it is, and which keeper volume and capability file belong to it.
 
 use crate::csi::volume_id::VolumeId;
+use dpufs_node_api::handover::AccessMode;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -26,10 +27,33 @@ pub struct StagedVolume {
     pub container: String,
     /// Staged for reading only (a reader-only access mode): the capability grants no writes.
     pub read_only: bool,
+    /// Staged for one writing pod (SINGLE_NODE_SINGLE_WRITER, a ReadWriteOncePod claim): the
+    /// only writer of the volume anywhere, so its worker lets the kernel cache hard
+    /// (`--access single-writer`). Never set with `read_only`; absent from records of
+    /// plugins before it, which staged every writable volume multi-writer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub single_writer: bool,
     /// Served through DAOS's own libdfs by a worker running as this uid (its tenant's on
     /// this node), which needs no capability; `None`: through the engine, with one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daos_uid: Option<u32>,
+}
+
+impl StagedVolume {
+    /// Who writes the volume, as its worker is told.
+    pub fn access(&self) -> AccessMode {
+        match (self.read_only, self.single_writer) {
+            (true, _) => AccessMode::ReadOnly,
+            (false, true) => AccessMode::SingleWriter,
+            (false, false) => AccessMode::MultiWriter,
+        }
+    }
+
+    /// The access fields of a record staged for `access`.
+    pub fn set_access(&mut self, access: AccessMode) {
+        self.read_only = access == AccessMode::ReadOnly;
+        self.single_writer = access == AccessMode::SingleWriter;
+    }
 }
 
 /// The files of one volume under the state directory, named by a digest of its id (ids may
@@ -153,6 +177,7 @@ mod tests {
             pool: id.pool.to_string(),
             container: id.container.to_string(),
             read_only: false,
+            single_writer: false,
             daos_uid: None,
         };
         v.save(&files.record).unwrap();
@@ -162,6 +187,12 @@ mod tests {
         assert_eq!(json["stagingPath"], "/var/lib/kubelet/x/globalmount");
         assert_eq!(StagedVolume::load(&files.record).unwrap(), Some(v.clone()));
         assert_eq!(json.get("daosUid"), None, "engine records read as before");
+        assert_eq!(
+            json.get("singleWriter"),
+            None,
+            "records before it read the same"
+        );
+        assert_eq!(v.access(), AccessMode::MultiWriter);
         // Other JSON files beside the records are not records.
         std::fs::write(dir.path().join("tenant-uids.json"), "{\"uids\": {}}").unwrap();
         assert_eq!(StagedVolume::all(dir.path()).unwrap(), vec![v.clone()]);
@@ -170,7 +201,26 @@ mod tests {
             ..v
         };
         daos.save(&files.record).unwrap();
-        assert_eq!(StagedVolume::load(&files.record).unwrap(), Some(daos));
+        assert_eq!(
+            StagedVolume::load(&files.record).unwrap(),
+            Some(daos.clone())
+        );
+        // Each access mode survives the record, and a reader-only one is what the capability
+        // of a read-only stage grants.
+        for access in [
+            AccessMode::SingleWriter,
+            AccessMode::ReadOnly,
+            AccessMode::MultiWriter,
+        ] {
+            let mut w = daos.clone();
+            w.set_access(access);
+            assert_eq!(w.read_only, access == AccessMode::ReadOnly);
+            w.save(&files.record).unwrap();
+            assert_eq!(
+                StagedVolume::load(&files.record).unwrap().unwrap().access(),
+                access
+            );
+        }
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&files.record)
             .unwrap()

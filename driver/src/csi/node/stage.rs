@@ -8,20 +8,21 @@
 //! served twice).
 
 use super::prepare::{node_err, parse_id};
-use super::{NodeService, is_directory, node_path, reader_only};
+use super::{NodeService, access_of, is_directory, node_path};
 use crate::csi::controller::check_capability;
 use crate::csi::error::{PathError, StageError};
 use crate::csi::volume_id::VolumeId;
 use crate::launcher::Attachment;
+use dpufs_node_api::handover::AccessMode;
 use dpufs_proto::csi::v1::{NodeStageVolumeRequest, NodeUnstageVolumeRequest};
 use std::path::{Path, PathBuf};
 
 impl NodeService {
     /// NodeStageVolume.
     pub async fn stage(&self, req: NodeStageVolumeRequest) -> Result<(), StageError> {
-        let (id, staging, read_only) = stage_request(&req, &self.config.mount_root)?;
+        let (id, staging, access) = stage_request(&req, &self.config.mount_root)?;
         let _guard = self.locks.try_lock(format!("volume {id}"))?;
-        let prepared = self.stager.prepare(&id, &staging, read_only).await?;
+        let prepared = self.stager.prepare(&id, &staging, access).await?;
         let served = self
             .stager
             .serve(&prepared, Attachment::Mount(staging))
@@ -52,11 +53,11 @@ impl NodeService {
 /// The checks every NodeStageVolume makes of its request, in CSI's order: missing fields
 /// (INVALID_ARGUMENT whatever the id names: the id is looked at only when the request is
 /// complete), the id, the capability, the staging path, which must be a directory. The
-/// volume, the staging path, and whether the access mode only reads.
+/// volume, the staging path, and who writes it (from the access mode).
 pub(crate) fn stage_request(
     req: &NodeStageVolumeRequest,
     mount_root: &Path,
-) -> Result<(VolumeId, PathBuf, bool), StageError> {
+) -> Result<(VolumeId, PathBuf, AccessMode), StageError> {
     const RPC: &str = "NodeStageVolume";
     if req.volume_id.is_empty() {
         return Err(StageError::MissingId(RPC));
@@ -78,7 +79,7 @@ pub(crate) fn stage_request(
             reason: "is not a directory (kubelet creates it before NodeStageVolume)",
         }));
     }
-    Ok((id, staging, reader_only(cap)))
+    Ok((id, staging, access_of(cap)))
 }
 
 /// The checks of a NodeUnstageVolume request; the volume.

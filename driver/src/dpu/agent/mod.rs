@@ -24,7 +24,7 @@ pub use pods::PodRef;
 pub use stats::VolumeStats;
 
 use crate::csi::locks::VolumeLocks;
-use crate::csi::node::prepare::{Stager, make_private_dir, parse_id};
+use crate::csi::node::prepare::{Stager, make_private_dir, parse_id, shared_access};
 use crate::csi::node::record::StagedVolume;
 use crate::csi::volume_id::VolumeId;
 use crate::dpu::attach::{Attach, DeviceSpec};
@@ -213,7 +213,10 @@ impl Agent {
             pods::check(&self.host_cluster, pod, self.host().await?, volume_id).await?;
         }
         let device = self.device_of(&id, read_only);
-        let planned = self.stager.plan(&id, &device.socket, read_only).await?;
+        let planned = self
+            .stager
+            .plan(&id, &device.socket, shared_access(read_only))
+            .await?;
         if let Some(pod) = pod {
             self.stager
                 .check_tenant(&planned.volume, Some(&pod.namespace))

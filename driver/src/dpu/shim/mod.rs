@@ -24,6 +24,7 @@ pub use link::{AgentAddress, AgentLink};
 use crate::csi::TOPOLOGY_NODE_KEY;
 use crate::csi::error::{PublishError, StageError, StatsError};
 use crate::csi::locks::VolumeLocks;
+use crate::csi::node::prepare::{describe, shared_access};
 use crate::csi::node::publish::{
     bind_target, publish_paths, publish_read_only, unmount_target, unpublish_path,
 };
@@ -31,6 +32,7 @@ use crate::csi::node::stage::{stage_request, unstage_request};
 use crate::csi::node::{NodeService, mounts, node_path};
 use crate::csi::volume_id::VolumeId;
 use crate::dpu::tag::is_dpufs_tag;
+use dpufs_node_api::handover::AccessMode;
 use dpufs_proto::csi::v1::{self as csi, node_server::Node};
 use dpufs_proto::dpu::v1 as pb;
 use record::ShimRecord;
@@ -95,7 +97,8 @@ impl ShimService {
 
     /// NodeStageVolume: the checks, then the record; nothing reaches the agent yet.
     async fn stage(&self, req: csi::NodeStageVolumeRequest) -> Result<(), ShimError> {
-        let (id, staging, read_only) = stage_request(&req, &self.config.mount_root)?;
+        let (id, staging, access) = stage_request(&req, &self.config.mount_root)?;
+        let read_only = access == AccessMode::ReadOnly;
         let _guard = self
             .locks
             .try_lock(format!("volume {id}"))
@@ -112,8 +115,8 @@ impl ShimService {
             .into()),
             Some(r) if r.read_only != read_only => Err(StageError::OtherAccess {
                 id: id.to_string(),
-                staged: crate::csi::node::prepare::describe(r.read_only),
-                asked: crate::csi::node::prepare::describe(read_only),
+                staged: describe(shared_access(r.read_only)),
+                asked: describe(shared_access(read_only)),
             }
             .into()),
             Some(_) => Ok(()),
