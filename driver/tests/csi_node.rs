@@ -840,3 +840,68 @@ async fn a_read_write_once_pod_stage_lets_the_kernel_remember_absent_names() {
         bed.unstage(&id, &staging).await.expect("unstage");
     }
 }
+
+/// fsGroup (VOLUME_MOUNT_GROUP): kubelet sends the pod's fsGroup instead of walking the volume
+/// to chown it, and the node plugin gives the volume's root to that group (g+rwxs). A user
+/// who is not the owner but in the group then creates files there, which take the group; a
+/// user outside it may not. A group that is no number is INVALID_ARGUMENT, with nothing mounted.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pods_fs_group_writes_the_volume_and_owns_what_it_creates() {
+    use dpufs_proto::csi::v1::volume_capability::AccessType;
+    use std::os::unix::fs::MetadataExt;
+    if !can_mount() {
+        return;
+    }
+    let bed = bed().await;
+    let id = bed.create("pvc-g", "ns-a").await.volume_id;
+    let staging = bed.path("group-globalmount");
+    std::fs::create_dir_all(&staging).unwrap();
+    bed.stage(&id, &staging).await.expect("NodeStage");
+    let target = bed.path("group-pod/mount");
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    let with_group = |group: &str| {
+        let mut c = cap(access_mode::Mode::MultiNodeMultiWriter);
+        if let Some(AccessType::Mount(m)) = c.access_type.as_mut() {
+            m.volume_mount_group = group.into();
+        }
+        c
+    };
+    let paths = (staging.as_path(), target.as_path());
+    let bad = bed
+        .publish_as(&id, paths, "ns-a", false, with_group("staff"))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument, "{bad:?}");
+    assert!(!mounted(&target));
+    bed.publish_as(&id, paths, "ns-a", false, with_group("3000"))
+        .await
+        .expect("publish with an fsGroup");
+    let root = std::fs::metadata(&target).unwrap();
+    assert_eq!(root.gid(), 3000);
+    assert_eq!(root.mode() & 0o2070, 0o2070, "{:o}", root.mode());
+    let as_user = |uid: &str, groups: &str, script: &str| {
+        Command::new("setpriv")
+            .args([
+                "--reuid", uid, "--regid", uid, "--groups", groups, "sh", "-c", script,
+            ])
+            .arg("sh")
+            .arg(&target)
+            .output()
+            .unwrap()
+    };
+    let member = as_user(
+        "4000",
+        "3000",
+        r#"echo x > "$1/by-group" && stat -c %g "$1/by-group""#,
+    );
+    assert!(member.status.success(), "{member:?}");
+    assert_eq!(String::from_utf8_lossy(&member.stdout).trim(), "3000");
+    let stranger = as_user("4001", "4001", r#"echo x > "$1/stranger""#);
+    assert!(!stranger.status.success(), "{stranger:?}");
+    assert!(
+        String::from_utf8_lossy(&stranger.stderr).contains("Permission denied"),
+        "{stranger:?}"
+    );
+    bed.unpublish(&id, &target).await.expect("unpublish");
+    bed.unstage(&id, &staging).await.expect("unstage");
+}

@@ -441,6 +441,20 @@ impl CsiPlugins {
         namespace: &str,
         readonly: bool,
     ) -> Result<(), tonic::Status> {
+        let capability = cap(access_mode::Mode::MultiNodeMultiWriter);
+        self.publish_as(id, (staging, target), namespace, readonly, capability)
+            .await
+    }
+
+    /// NodePublishVolume with the volume capability `capability`.
+    pub async fn publish_as(
+        &self,
+        id: &str,
+        (staging, target): (&Path, &Path),
+        namespace: &str,
+        readonly: bool,
+        capability: VolumeCapability,
+    ) -> Result<(), tonic::Status> {
         let context = [(
             "csi.storage.k8s.io/pod.namespace".to_string(),
             namespace.to_string(),
@@ -451,7 +465,7 @@ impl CsiPlugins {
                 volume_id: id.into(),
                 staging_target_path: staging.display().to_string(),
                 target_path: target.display().to_string(),
-                volume_capability: Some(cap(access_mode::Mode::MultiNodeMultiWriter)),
+                volume_capability: Some(capability),
                 readonly,
                 volume_context: context.into_iter().collect(),
                 ..Default::default()

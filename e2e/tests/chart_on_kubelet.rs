@@ -198,16 +198,17 @@ metadata: {name: team-b}
 spec: {namespaces: [team-b], allowedPools: [default], principal: team-b@}
 "#;
 
-/// A claim and a pod that writes 16 MiB of random bytes, reads them back through a fresh open
-/// and compares the checksums (and keeps the checksum beside the file, for the snapshot).
-fn claim_and_pod(namespace: &str) -> String {
+/// A claim with `access_mode` and a pod that writes 16 MiB of random bytes, reads them back
+/// through a fresh open and compares the checksums (and keeps the checksum beside the file,
+/// for the snapshot).
+fn claim_and_pod(namespace: &str, access_mode: &str) -> String {
     let claim = format!(
         r#"
 apiVersion: v1
 kind: PersistentVolumeClaim
 metadata: {{name: data, namespace: {namespace}}}
 spec:
-  accessModes: [ReadWriteMany]
+  accessModes: [{access_mode}]
   storageClassName: dpufs
   resources: {{requests: {{storage: 1Gi}}}}
 ---"#
@@ -221,6 +222,32 @@ a=$(cksum < /tmp/src); b=$(cksum < /data/file)
 echo \"wrote $a read $b\"
 [ \"$a\" = \"$b\" ]";
     claim + &pod(namespace, "writer", "data", script)
+}
+
+/// The two tenants' claims: team-b's ReadWriteOncePod, which the node plugin stages
+/// single-writer (docs/csi.md, "Access modes").
+const CLAIMS: [(&str, &str); 2] = [("team-a", "ReadWriteMany"), ("team-b", "ReadWriteOncePod")];
+
+/// How the node plugin staged each volume, sorted, from its stage records on this node
+/// (`<node.stateDir>/csi/*.json`, the chart's default state directory).
+fn staged_accesses() -> Vec<&'static str> {
+    let dir = Path::new("/var/lib/dpufs/csi");
+    let mut accesses: Vec<&str> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter_map(|p| {
+            let record: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&p).expect("a stage record")).ok()?;
+            record.get("volumeId")?;
+            Some(match record["singleWriter"].as_bool() {
+                Some(true) => "single-writer",
+                _ => "multi-writer",
+            })
+        })
+        .collect();
+    accesses.sort();
+    accesses
 }
 
 /// A pod in `namespace` running `script` with the claim `claim` at /data.
@@ -594,13 +621,14 @@ fn helm_install_pool_claims_pods_and_uninstall_on_a_real_node() {
         "a claim and a checksummed write and read in each tenant",
         &mut timings,
         || {
-            for ns in ["team-a", "team-b"] {
-                apply(&claim_and_pod(ns));
+            for (ns, mode) in CLAIMS {
+                apply(&claim_and_pod(ns, mode));
             }
-            for ns in ["team-a", "team-b"] {
+            for (ns, _) in CLAIMS {
                 let log = wait_succeeded(ns, "writer", "300s");
                 loud(&format!("  {ns}: {}", log.trim()));
             }
+            assert_eq!(staged_accesses(), ["multi-writer", "single-writer"]);
         },
     );
     timed("PVC expansion to 2Gi", &mut timings, expand);

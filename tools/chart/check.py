@@ -628,7 +628,7 @@ def check_invariants(report: Report, objs: list[dict], values: dict) -> None:
         expect(d["metadata"]["name"] == "dfs.dpufs.io", "CSIDriver is named dfs.dpufs.io")
         expect(s.get("attachRequired") is False, "CSIDriver attachRequired: false (no ControllerPublishVolume)")
         expect(s.get("podInfoOnMount") is True, "CSIDriver podInfoOnMount: true (the tenant check of NodePublishVolume)")
-        expect(s.get("fsGroupPolicy") == "None", "CSIDriver fsGroupPolicy: None (VOLUME_MOUNT_GROUP is not advertised)")
+        expect(s.get("fsGroupPolicy") == "File", "CSIDriver fsGroupPolicy: File (the node plugin takes fsGroup as VOLUME_MOUNT_GROUP; kubelet walks nothing)")
         expect(s.get("volumeLifecycleModes") == ["Persistent"], "CSIDriver volumeLifecycleModes: [Persistent]")
         expect(s.get("requiresRepublish") is False, "CSIDriver requiresRepublish: false")
     for sc in (o for o in objs if o["kind"] == "StorageClass"):

@@ -400,6 +400,10 @@ pub enum PublishError {
         "volume {id} is SINGLE_NODE_SINGLE_WRITER and already published at {other}; unpublish it there first"
     )]
     SingleWriterInUse { id: String, other: String },
+    #[error(
+        "volume_mount_group {0:?} is not a group id (kubelet sends the pod's fsGroup, a decimal number)"
+    )]
+    MountGroup(String),
     #[error("{0}")]
     Busy(#[from] Busy),
     #[error("{step}: {detail}")]
@@ -600,7 +604,8 @@ fn publish_code(e: &PublishError) -> Code {
         | P::MissingTargetPath(_)
         | P::MissingCapability
         | P::Path(_)
-        | P::Capability(_) => Code::InvalidArgument,
+        | P::Capability(_)
+        | P::MountGroup(_) => Code::InvalidArgument,
         P::MalformedId(VolumeIdError::Foreign(_)) | P::NotFound(_) => Code::NotFound,
         P::MalformedId(_) => Code::InvalidArgument,
         P::NotStaged { .. }

@@ -753,6 +753,11 @@ fn node_table() -> Vec<(CsiError, Code, &'static str)> {
             "/pods/a/mount",
         ),
         (
+            P::MountGroup("staff".into()).into(),
+            Code::InvalidArgument,
+            "fsGroup",
+        ),
+        (
             P::Path(PathError {
                 what: "target path",
                 path: "/tmp".into(),

@@ -86,6 +86,7 @@ impl NodeService {
             rpc::Type::GetVolumeStats,
             rpc::Type::VolumeCondition,
             rpc::Type::SingleNodeMultiWriter,
+            rpc::Type::VolumeMountGroup,
         ]
         .into_iter()
         .map(|t| NodeServiceCapability {

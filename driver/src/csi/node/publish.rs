@@ -42,6 +42,7 @@ impl NodeService {
         let namespace = req.volume_context.get(POD_NAMESPACE).map(String::as_str);
         self.stager.check_tenant(&volume, namespace).await?;
         let read_only = publish_read_only(&req) || volume.read_only;
+        share_with_mount_group(&req, &staging, read_only)?;
         bind_target(&req, &staging, &target, read_only)
     }
 
@@ -117,6 +118,56 @@ pub(crate) fn publish_paths(
 /// Whether the publish asks for reading only (its flag or its access mode).
 pub(crate) fn publish_read_only(req: &NodePublishVolumeRequest) -> bool {
     req.readonly || req.volume_capability.as_ref().is_some_and(reader_only)
+}
+
+/// The pod's fsGroup, which kubelet sends as `volume_mount_group` instead of changing the
+/// volume's ownership itself (VOLUME_MOUNT_GROUP, CSIDriver `fsGroupPolicy: File`): a gid.
+pub(crate) fn mount_group(req: &NodePublishVolumeRequest) -> Result<Option<u32>, PublishError> {
+    use dpufs_proto::csi::v1::volume_capability::AccessType;
+    let group = match req
+        .volume_capability
+        .as_ref()
+        .and_then(|c| c.access_type.as_ref())
+    {
+        Some(AccessType::Mount(m)) if !m.volume_mount_group.is_empty() => &m.volume_mount_group,
+        _ => return Ok(None),
+    };
+    group
+        .parse()
+        .map(Some)
+        .map_err(|_| PublishError::MountGroup(group.clone()))
+}
+
+/// Lets the pod's fsGroup write the volume (docs/csi.md, "fsGroup"): its root directory
+/// gets the group, group read-write-search and set-group-ID, so what the pod creates there
+/// takes the group too. Only the root and only when it differs, as kubelet's
+/// `fsGroupChangePolicy: OnRootMismatch` would, without walking the tree (a shared volume
+/// may hold millions of files). Nothing for a read-only publish.
+pub(crate) fn share_with_mount_group(
+    req: &NodePublishVolumeRequest,
+    staging: &Path,
+    read_only: bool,
+) -> Result<(), PublishError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    const GROUP_RWX_SETGID: u32 = 0o2070;
+    let Some(gid) = mount_group(req)? else {
+        return Ok(());
+    };
+    if read_only {
+        return Ok(());
+    }
+    let root = std::fs::metadata(staging).map_err(node_err("reading the volume's root"))?;
+    if root.gid() == gid && root.mode() & GROUP_RWX_SETGID == GROUP_RWX_SETGID {
+        return Ok(());
+    }
+    std::os::unix::fs::chown(staging, None, Some(gid))
+        .map_err(node_err("giving the volume's root to the pod's fsGroup"))?;
+    let mode = (root.mode() | GROUP_RWX_SETGID) & 0o7777;
+    std::fs::set_permissions(staging, std::fs::Permissions::from_mode(mode)).map_err(node_err(
+        "letting the pod's fsGroup write the volume's root",
+    ))?;
+    tracing::info!(volume_id = %req.volume_id, gid, mode = format!("{mode:o}"), "volume root shared with the pod's fsGroup");
+    Ok(())
 }
 
 /// Bind-mounts the volume mounted at `staging` on `target` (read-only or not): answered

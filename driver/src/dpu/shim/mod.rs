@@ -26,7 +26,8 @@ use crate::csi::error::{PublishError, StageError, StatsError};
 use crate::csi::locks::VolumeLocks;
 use crate::csi::node::prepare::{describe, shared_access};
 use crate::csi::node::publish::{
-    bind_target, publish_paths, publish_read_only, unmount_target, unpublish_path,
+    bind_target, publish_paths, publish_read_only, share_with_mount_group, unmount_target,
+    unpublish_path,
 };
 use crate::csi::node::stage::{stage_request, unstage_request};
 use crate::csi::node::{NodeService, mounts, node_path};
@@ -257,6 +258,7 @@ impl ShimService {
             .ok_or(ShimError::NoDevice { rpc: "StageVolume" })?;
         self.mount_device(&device, &staging).await?;
         let read_only = publish_read_only(&req) || record.read_only;
+        share_with_mount_group(&req, &staging, read_only)?;
         Ok(bind_target(&req, &staging, &target, read_only)?)
     }
 
