@@ -240,7 +240,14 @@ fn claims_staged_by_access_mode() {
     }
     assert_eq!(staged_accesses(), ["multi-writer", "single-writer"]);
     for (ns, _) in CLAIMS {
-        let holder = ["-n", ns, "delete", "pod/holder", "--wait=true", "--grace-period=1"];
+        let holder = [
+            "-n",
+            ns,
+            "delete",
+            "pod/holder",
+            "--wait=true",
+            "--grace-period=1",
+        ];
         run("kubectl delete", &mut kubectl(&holder));
     }
 }
