@@ -264,7 +264,15 @@ async fn foreign_containers_bad_requests_and_missing_stages_get_their_codes() {
         .unwrap()
         .into_inner()
         .capabilities;
-    assert_eq!(caps.len(), 4, "{caps:?}");
+    assert_eq!(caps.len(), 5, "{caps:?}");
+    let mount_group = csi::node_service_capability::rpc::Type::VolumeMountGroup as i32;
+    assert!(
+        caps.iter().any(|c| matches!(
+            &c.r#type,
+            Some(csi::node_service_capability::Type::Rpc(r)) if r.r#type == mount_group
+        )),
+        "fsGroup is taken as VOLUME_MOUNT_GROUP: {caps:?}"
+    );
 }
 
 /// Restarting the node plugin disturbs nothing: `kill -9` of the plugin while fio writes
