@@ -211,10 +211,25 @@ pub async fn stage_and_publish(
         volume_context: volume.volume_context.clone(),
         ..Default::default()
     };
-    client
-        .node_stage_volume(stage)
-        .await
-        .map_err(refused("NodeStageVolume"))?;
+    match client.node_stage_volume(stage.clone()).await {
+        // Staged with another access by an earlier `up` that was killed (before `up` staged
+        // its volume single-writer): nobody else uses the stack's volume, so it is staged anew.
+        Err(s) if s.code() == tonic::Code::AlreadyExists => {
+            let unstage = csi::NodeUnstageVolumeRequest {
+                volume_id: volume.volume_id.clone(),
+                staging_target_path: staging.display().to_string(),
+            };
+            client
+                .node_unstage_volume(unstage)
+                .await
+                .map_err(refused("NodeUnstageVolume of an earlier stage"))?;
+            client
+                .node_stage_volume(stage)
+                .await
+                .map_err(refused("NodeStageVolume"))?;
+        }
+        other => drop(other.map_err(refused("NodeStageVolume"))?),
+    }
     let publish = csi::NodePublishVolumeRequest {
         volume_id: volume.volume_id.clone(),
         staging_target_path: staging.display().to_string(),
