@@ -97,6 +97,13 @@ pub enum AccessMode {
 }
 
 impl AccessMode {
+    /// Every mode, in the order messages list them.
+    pub const ALL: [AccessMode; 3] = [
+        AccessMode::MultiWriter,
+        AccessMode::SingleWriter,
+        AccessMode::ReadOnly,
+    ];
+
     /// The name `--access` takes (and [`std::str::FromStr`] reads).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -110,14 +117,13 @@ impl AccessMode {
 impl std::str::FromStr for AccessMode {
     type Err = String;
     fn from_str(s: &str) -> Result<AccessMode, String> {
-        match s {
-            "multi-writer" => Ok(AccessMode::MultiWriter),
-            "single-writer" => Ok(AccessMode::SingleWriter),
-            "read-only" => Ok(AccessMode::ReadOnly),
-            _ => Err(format!(
-                "unknown access mode {s:?} (multi-writer, single-writer, read-only)"
-            )),
-        }
+        AccessMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| {
+                let names = AccessMode::ALL.map(AccessMode::as_str).join(", ");
+                format!("unknown access mode {s:?} ({names})")
+            })
     }
 }
 
@@ -270,11 +276,13 @@ mod tests {
         assert_eq!("read-only".parse(), Ok(AccessMode::ReadOnly));
         assert_eq!("single-writer".parse(), Ok(AccessMode::SingleWriter));
         assert!("rw".parse::<AccessMode>().is_err());
-        for mode in [
-            AccessMode::MultiWriter,
-            AccessMode::SingleWriter,
-            AccessMode::ReadOnly,
-        ] {
+        assert_eq!("multi-writer".parse(), Ok(AccessMode::MultiWriter));
+        let err = "rw".parse::<AccessMode>().unwrap_err();
+        assert!(
+            err.contains("multi-writer, single-writer, read-only"),
+            "{err}"
+        );
+        for mode in AccessMode::ALL {
             assert_eq!(mode.as_str().parse(), Ok(mode));
         }
     }

@@ -157,7 +157,7 @@ impl ServedBy {
                 // No capability limits this worker's rights: DAOS opens the container
                 // read-only instead.
                 if volume.read_only {
-                    args.extend(["--access".into(), "read-only".into()]);
+                    args.extend(["--access".into(), AccessMode::ReadOnly.as_str().into()]);
                 }
                 args
             }

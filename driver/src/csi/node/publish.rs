@@ -8,8 +8,7 @@
 
 use super::mounts;
 use super::record::{StagedVolume, VolumeFiles};
-use super::{NodeService, is_directory, node_path};
-use super::{access_of, reader_only};
+use super::{NodeService, access_of, is_directory, node_path, reader_only};
 use crate::csi::controller::check_capability;
 use crate::csi::error::{PathError, PublishError};
 use crate::csi::volume_id::{VolumeId, VolumeIdError};

@@ -207,11 +207,7 @@ mod tests {
         );
         // Each access mode survives the record, and a reader-only one is what the capability
         // of a read-only stage grants.
-        for access in [
-            AccessMode::SingleWriter,
-            AccessMode::ReadOnly,
-            AccessMode::MultiWriter,
-        ] {
+        for access in AccessMode::ALL {
             let mut w = daos.clone();
             w.set_access(access);
             assert_eq!(w.read_only, access == AccessMode::ReadOnly);
