@@ -168,6 +168,17 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             ),
         ),
         (
+            "punch",
+            request(
+                0,
+                Op::Punch(eng::Punch {
+                    oid: file,
+                    offset: 1,
+                    len: 1 << 40,
+                }),
+            ),
+        ),
+        (
             "unlink",
             request(
                 0,

@@ -127,6 +127,8 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let io = |size: u64| words(&[0, 0, size, 0, 0, 0, 0], &[8, 8, 4, 4, 8, 4, 4]);
     let mut write = io(5);
     write.extend_from_slice(b"hello");
+    // fh, offset, length, mode, padding: 64 KiB reserved (mode 0), or 1 TiB punched.
+    let fallocate = |len: u64, mode: u64| words(&[0, 0, len, mode, 0], &[8, 8, 8, 4, 4]);
     let mut setxattr = with_name(words(&[1, 0], &[4, 4]), "user.k");
     setxattr.push(b'v');
     vec![
@@ -156,6 +158,14 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("read", request(Opcode::Read, 2, &io(4096))),
         ("readdirplus", request(Opcode::Readdirplus, ROOT, &io(4096))),
         ("setxattr", request(Opcode::Setxattr, 2, &setxattr)),
+        (
+            "fallocate",
+            request(Opcode::Fallocate, 2, &fallocate(1 << 16, 0)),
+        ),
+        (
+            "fallocate-punch",
+            request(Opcode::Fallocate, 2, &fallocate(1 << 40, 3)),
+        ),
         (
             "getxattr",
             request(

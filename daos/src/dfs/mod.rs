@@ -192,6 +192,9 @@ pub trait Dfs: Send + Sync {
     /// there cannot fail for lack of it; extends the size to the range's end unless
     /// `keep_size` (then only the part below the size is reserved). Reads as before.
     fn allocate(&self, oid: Oid, offset: u64, len: u64, keep_size: bool) -> DfsResult<()>;
+    /// Makes [`offset`, `offset + len`) read as zeros and gives its space back, as
+    /// fallocate(2)'s PUNCH_HOLE does; the size stays (a range past it punches nothing).
+    fn punch(&self, oid: Oid, offset: u64, len: u64) -> DfsResult<()>;
     /// Makes the object's data (and, unless `datasync`, its metadata) durable.
     fn fsync(&self, oid: Oid, datasync: bool) -> DfsResult<()>;
     /// Renames, replacing an existing target as rename(2) does (`noreplace`: EEXIST instead).

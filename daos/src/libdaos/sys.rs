@@ -296,6 +296,7 @@ symbols! {
     dfs_osetattr: fn(*mut DfsMount, *mut DfsObj, *mut libc::stat, c_int) -> c_int;
     dfs_read: fn(*mut DfsMount, *mut DfsObj, *mut SgList, u64, *mut u64, *mut DaosEvent) -> c_int;
     dfs_write: fn(*mut DfsMount, *mut DfsObj, *mut SgList, u64, *mut DaosEvent) -> c_int;
+    dfs_punch: fn(*mut DfsMount, *mut DfsObj, u64, u64) -> c_int;
     daos_eq_create: fn(*mut Handle) -> c_int;
     daos_eq_destroy: fn(Handle, c_int) -> c_int;
     daos_eq_poll: fn(Handle, c_int, i64, u32, *mut *mut DaosEvent) -> c_int;

@@ -581,23 +581,20 @@ impl DfsFs {
         Ok(())
     }
 
-    /// Writes zeros over the part of [offset, offset + len) below the size (punch hole and
-    /// zero range: DFS frees nothing inside a chunk); returns the size.
-    fn zero_within(&self, oid: Oid, offset: u64, len: u64) -> io::Result<u64> {
-        const CHUNK: u64 = 1 << 20;
-        let size = self.dfs.getattr(oid).map_err(err)?.size;
-        let end = offset
-            .checked_add(len)
-            .ok_or_else(|| errno(libc::EFBIG))?
-            .min(size);
-        let zeros = vec![0u8; CHUNK.min(end.saturating_sub(offset)) as usize];
-        let mut at = offset;
-        while at < end {
-            let n = CHUNK.min(end - at);
-            self.dfs.write(oid, at, &zeros[..n as usize]).map_err(err)?;
-            at += n;
+    /// fallocate(2)'s ZERO_RANGE: the range reads as zeros, its space is taken where the
+    /// backend can reserve space (DFS cannot: there it stays a hole, as after a punch), and
+    /// unless `keep_size` a range past the end extends the size.
+    fn zero_range(&self, oid: Oid, offset: u64, len: u64, keep_size: bool) -> io::Result<()> {
+        let end = offset.checked_add(len).ok_or_else(|| errno(libc::EFBIG))?;
+        self.dfs.punch(oid, offset, len).map_err(err)?;
+        match self.dfs.allocate(oid, offset, len, keep_size) {
+            Err(e) if e.errno == Errno::OPNOTSUPP => {}
+            reserved => return reserved.map_err(err),
         }
-        Ok(size)
+        if !keep_size && end > self.dfs.getattr(oid).map_err(err)?.size {
+            self.dfs.truncate(oid, end).map_err(err)?;
+        }
+        Ok(())
     }
 }
 
@@ -989,17 +986,9 @@ impl FileSystem for DfsFs {
                     .allocate(inode, offset, length, keep_size)
                     .map_err(err),
                 libc::FALLOC_FL_PUNCH_HOLE if keep_size => {
-                    self.zero_within(inode, offset, length).map(drop)
+                    self.dfs.punch(inode, offset, length).map_err(err)
                 }
-                libc::FALLOC_FL_ZERO_RANGE => {
-                    let size = self.zero_within(inode, offset, length)?;
-                    // Beyond the end, zeros are what extending the size gives.
-                    let end = offset + length;
-                    if !keep_size && end > size {
-                        self.dfs.truncate(inode, end).map_err(err)?;
-                    }
-                    Ok(())
-                }
+                libc::FALLOC_FL_ZERO_RANGE => self.zero_range(inode, offset, length, keep_size),
                 _ => Err(errno(libc::EOPNOTSUPP)),
             }
         })

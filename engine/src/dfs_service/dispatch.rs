@@ -26,6 +26,7 @@ fn changes(op: &Op) -> bool {
         | Op::Rename(_)
         | Op::Write(_)
         | Op::Allocate(_)
+        | Op::Punch(_)
         | Op::Setxattr(_)
         | Op::Removexattr(_)
         | Op::Syncfs(_) => true,
@@ -235,6 +236,10 @@ fn run_op(
         Op::Write(w) => Res::Bytes(write(ns, w, bulk)?),
         Op::Allocate(a) => {
             ns.allocate(a.oid, a.offset, a.len, a.keep_size)?;
+            return Ok(None);
+        }
+        Op::Punch(p) => {
+            ns.punch(p.oid, p.offset, p.len)?;
             return Ok(None);
         }
         Op::Fsync(f) => {

@@ -373,6 +373,39 @@ impl Namespace {
         self.change_chunks(oid, (offset, stop - offset), new_end, |w| w.allocate())
     }
 
+    /// Makes [offset, offset + len) of regular file `oid` read as zeros and gives its space
+    /// back (fallocate(2)'s PUNCH_HOLE); the size stays, and past it there is nothing to
+    /// punch. Like a truncation it holds writes out while it cuts chunk files.
+    pub fn punch(&self, oid: Oid, offset: u64, len: u64) -> DfsResult<()> {
+        self.meta.writable()?;
+        let end = check_end(offset, len)?;
+        let mut held = self.chunks.quiesce();
+        let freed = self.meta.update(|tx| {
+            let mut ino = tx.inode(oid)?;
+            if !ino.is_file() {
+                let errno = if ino.is_dir() {
+                    Errno::ISDIR
+                } else {
+                    Errno::INVAL
+                };
+                return Err(err(errno, "can only punch holes in regular files"));
+            }
+            let stop = end.min(ino.size);
+            if stop <= offset {
+                return Ok(0);
+            }
+            let freed = held.punch(oid, offset, stop)?;
+            tx.adjust_used(-(freed as i64))?;
+            let now = Time::now();
+            ino.mtime = now;
+            ino.ctime = now;
+            tx.put_inode(&ino)?;
+            Ok(freed)
+        })?;
+        self.chunks.release(freed);
+        Ok(())
+    }
+
     /// Takes the chunk files of a write to regular file `oid` and reserves its space.
     fn start_write(&self, oid: Oid, range: (u64, u64), room: u64) -> DfsResult<Option<ChunkWrite>> {
         self.meta.regular_file(oid, "write")?;

@@ -103,6 +103,11 @@ impl Dfs for EngineDfs {
         self.change(&[oid], op, Bulk::None).map(drop)
     }
 
+    fn punch(&self, oid: Oid, offset: u64, len: u64) -> DfsResult<()> {
+        let op = Op::Punch(proto::Punch { oid, offset, len });
+        self.change(&[oid], op, Bulk::None).map(drop)
+    }
+
     fn fsync(&self, oid: Oid, datasync: bool) -> DfsResult<()> {
         self.sync_object(oid, datasync)
     }

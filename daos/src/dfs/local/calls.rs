@@ -139,6 +139,13 @@ impl Dfs for LocalDfs {
             .map_err(|e| os_err(e, format!("allocate {oid:#x}")))
     }
 
+    fn punch(&self, oid: Oid, offset: u64, len: u64) -> DfsResult<()> {
+        let fd = self.io_fd(oid, libc::O_WRONLY)?;
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        sys::fallocate(fd.as_fd(), mode, offset, len)
+            .map_err(|e| os_err(e, format!("punch {oid:#x}")))
+    }
+
     fn fsync(&self, oid: Oid, datasync: bool) -> DfsResult<()> {
         let fd = self.obj(oid)?;
         if self.stat_obj(oid, &fd)?.kind() == S_IFLNK {

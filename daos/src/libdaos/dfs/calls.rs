@@ -343,6 +343,31 @@ impl Dfs for LibDfs {
         ))
     }
 
+    fn punch(&self, oid: Oid, offset: u64, len: u64) -> DfsResult<()> {
+        self.writable()?;
+        let object = self.object(oid)?;
+        check_kind(&object, "punch")?;
+        let size = self.ostat(&object)?.st_size as u64;
+        let end = offset.saturating_add(len).min(size);
+        if end <= offset {
+            return Ok(());
+        }
+        // dfs_punch of a range that reaches the end truncates to the range's start: the last
+        // byte is written as a zero instead, so the size never moves.
+        let hole_end = if end == size { end - 1 } else { end };
+        if hole_end > offset {
+            // SAFETY: the mount and the object are live; the call takes plain integers.
+            let errno = unsafe {
+                (self.lib.sym.dfs_punch)(self.mount, object.ptr, offset, hole_end - offset)
+            };
+            stale_if_gone(check(errno, "punch"))?;
+        }
+        if hole_end < end {
+            self.write(oid, hole_end, &[0])?;
+        }
+        Ok(())
+    }
+
     fn fsync(&self, oid: Oid, _datasync: bool) -> DfsResult<()> {
         // dfs_write returns once the data is durable on the engines (dfs_sync is a no-op);
         // the object must still exist.

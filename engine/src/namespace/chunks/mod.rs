@@ -386,27 +386,63 @@ impl ChunkStore {
         let mut st = self
             .writes
             .wait_for(st, oid, self.chunk_range(offset, len), room);
-        let mut growth = 0u64;
-        let mut pieces = Vec::new();
-        for (idx, at, n) in self.pieces(offset, len) {
-            let f = self.chunk(&mut st, oid, idx, true)?.expect("created");
-            let f = self.unshare(&mut st, oid, idx, f)?;
-            let promised = st.in_flight.get(&(oid, idx)).map_or(0, |e| e.0);
-            growth += (at + n).saturating_sub(f.size().storage()?.max(promised));
-            pieces.push(WritePiece {
-                idx,
-                file: f,
-                at,
-                len: n,
-            });
-        }
+        // The growth is known, and reserved, before a chunk file is made: an allocation the
+        // quota refuses must not first create a file for each chunk of its range.
+        let growth = self.growth_of(&mut st, oid, offset, len)?;
         self.space.reserve(growth, st.pending_growth, recorded)?;
+        let pieces = match self.take_pieces(&mut st, oid, offset, len) {
+            Ok(pieces) => pieces,
+            Err(e) => {
+                self.space.release(growth);
+                return Err(e);
+            }
+        };
         st.pending_growth += growth;
         for p in &pieces {
             let e = st.in_flight.entry((oid, p.idx)).or_insert((0, 0));
             *e = (e.0.max(p.at + p.len), e.1 + 1);
         }
         Ok(Some(ChunkWrite { pieces, growth }))
+    }
+
+    /// How many bytes the chunk files of [offset, offset + len) grow by: each piece reaches
+    /// to its end in its chunk, past what the chunk's file holds or a write in flight
+    /// promised. Only chunks that have a file are opened (see [`ChunkStore::chunks_in`]).
+    fn growth_of(&self, st: &mut WriteState, oid: Oid, offset: u64, len: u64) -> DfsResult<u64> {
+        let cs = self.chunk_size;
+        let end = offset + len;
+        let range = self.chunk_range(offset, len);
+        let reach = |idx: u64| ((idx + 1) * cs).min(end) - idx * cs;
+        // Every chunk from nothing: whole chunks up to the last, which the end cuts.
+        let last = range.end - 1;
+        let mut growth = (last - range.start) * cs + reach(last);
+        for idx in self.chunks_in(oid, range)? {
+            let promised = st.in_flight.get(&(oid, idx)).map_or(0, |e| e.0);
+            let held = match self.chunk(st, oid, idx, false)? {
+                Some(f) => f.size().storage()?,
+                None => 0,
+            };
+            growth -= reach(idx).min(held.max(promised));
+        }
+        Ok(growth)
+    }
+
+    /// The pieces of [offset, offset + len), each with its chunk's file, made if missing and
+    /// copied first if a snapshot shares it.
+    fn take_pieces(
+        &self,
+        st: &mut WriteState,
+        oid: Oid,
+        offset: u64,
+        len: u64,
+    ) -> DfsResult<Vec<WritePiece>> {
+        self.pieces(offset, len)
+            .map(|(idx, at, len)| {
+                let made = self.chunk(st, oid, idx, true)?.expect("created");
+                let file = self.unshare(st, oid, idx, made)?;
+                Ok(WritePiece { idx, file, at, len })
+            })
+            .collect()
     }
 
     /// Records a write's growth as used (`record`: the superblock's counter) and stops
@@ -613,6 +649,47 @@ impl Quiesced<'_> {
             .collect();
         for key in cut {
             st.dirty.remove(&key);
+        }
+        Ok(freed)
+    }
+
+    /// Makes [start, end) of `oid` a hole and returns the bytes freed. A chunk whose data
+    /// lies wholly inside it is retired, as a cut retires it; one whose data ends inside it is
+    /// cut back to the hole's start; one with data on both sides of it gets zeros there. Each
+    /// is unshared first, so a snapshot keeps its bytes. Only the chunks at the hole's two
+    /// ends are ever written, whatever its length.
+    pub fn punch(&mut self, oid: Oid, start: u64, end: u64) -> DfsResult<u64> {
+        let store = self.store;
+        let st = &mut *self.st;
+        let cs = store.chunk_size;
+        let mut freed = 0;
+        for idx in store.chunks_in(oid, store.chunk_range(start, end - start))? {
+            let Some(f) = store.chunk(st, oid, idx, false)? else {
+                continue;
+            };
+            let len = f.size().storage()?;
+            // The hole within this chunk.
+            let (from, to) = (start.saturating_sub(idx * cs), (end - idx * cs).min(cs));
+            if from >= len {
+                continue;
+            }
+            if from == 0 && to >= len {
+                let path = store.chunk_path(oid, idx);
+                st.spares.retire(&*store.disk, &path, &*f).storage()?;
+                st.mark_dir_dirty(&path);
+                st.open.remove(&(oid, idx));
+                st.dirty.remove(&(oid, idx));
+                freed += len;
+                continue;
+            }
+            let f = store.unshare(st, oid, idx, f)?;
+            if to >= len {
+                f.set_len(from).storage()?;
+                freed += len - from;
+            } else {
+                f.write_at(from, &vec![0; (to - from) as usize]).storage()?;
+            }
+            st.dirty.insert((oid, idx));
         }
         Ok(freed)
     }

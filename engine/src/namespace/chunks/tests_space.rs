@@ -194,6 +194,42 @@ fn a_quota_holds_against_concurrent_writers() {
     assert_eq!(ns.used().unwrap(), written);
 }
 
+/// An allocation over the limit is refused before any chunk file is made: a tenant's
+/// fallocate of 2^62 bytes into a 150 kB pool must cost nothing, not one file per chunk.
+#[test]
+fn a_refused_allocation_makes_no_chunk_files_however_long_its_range() {
+    let pool = Arc::new(TestPool {
+        capacity: 150_000,
+        used: Mutex::new(0),
+    });
+    let disk = SimDisk::default();
+    let cfg = config("c", 1 << 16, Some(pool.clone() as Arc<dyn SpaceBudget>));
+    let ns = Namespace::open(Arc::new(disk.clone()), cfg.clone()).unwrap();
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
+    ns.write(f.oid, 0, &[1; 1000]).unwrap();
+    let files = || {
+        let dirs = cfg.chunk_dirs.iter();
+        dirs.map(|d| Disk::list(&disk, d).unwrap().len())
+            .sum::<usize>()
+    };
+    let before = files();
+    // 5,000 chunks of 64 KiB: refused by the pool.
+    let refused = ns.allocate(f.oid, 0, 5_000 << 16, false).unwrap_err();
+    assert_eq!(refused.errno, Errno::NOSPC);
+    assert_eq!(files(), before, "a refused allocation made chunk files");
+    let huge = ns.allocate(f.oid, 1 << 20, 1 << 62, true);
+    assert_eq!(
+        huge.map_err(|e| e.errno),
+        Ok(()),
+        "KEEP_SIZE past the end is a no-op"
+    );
+    let huge = ns.allocate(f.oid, 1 << 20, 1 << 62, false).unwrap_err();
+    assert_eq!(huge.errno, Errno::NOSPC);
+    assert_eq!(files(), before);
+    assert_eq!(*pool.used.lock().unwrap(), 1000, "nothing was taken");
+    assert_eq!(read_all(&ns, f.oid), vec![1; 1000]);
+}
+
 #[test]
 fn allocated_space_is_counted_refused_over_the_limit_and_freed_with_the_file() {
     let pool = Arc::new(TestPool {
@@ -227,6 +263,52 @@ fn allocated_space_is_counted_refused_over_the_limit_and_freed_with_the_file() {
     let mut buf = vec![9; 100_000];
     ns.read(f.oid, 0, &mut buf).unwrap();
     assert!(buf[..70_000].iter().all(|&b| b == 0) && buf[70_000..].iter().all(|&b| b == 5));
+    ns.unlink(ROOT, "f").unwrap();
+    assert_eq!(used(), 0);
+}
+
+/// A punched hole reads as zeros and gives its space back: the chunks inside it whole, and
+/// a chunk's tail from the hole's start; the chunk its end falls in keeps its length (data
+/// follows). The size stays, and past it there is nothing to punch.
+#[test]
+fn a_punched_hole_reads_as_zeros_and_frees_its_chunks() {
+    let pool = Arc::new(TestPool {
+        capacity: 1 << 20,
+        used: Mutex::new(0),
+    });
+    let cs = 1u64 << 16;
+    let cfg = config("c", cs, Some(pool.clone() as Arc<dyn SpaceBudget>));
+    let ns = Namespace::open(Arc::new(SimDisk::default()), cfg).unwrap();
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap();
+    let data = pattern(5 * cs as usize, 7);
+    ns.write(f.oid, 0, &data).unwrap();
+    let used = || *pool.used.lock().unwrap();
+    assert_eq!(used(), 5 * cs);
+    // From inside chunk 1 to inside chunk 3: chunk 1 is cut to 100 bytes, chunk 2 goes,
+    // chunk 3 gets 200 zeros.
+    let (start, end) = (cs + 100, 3 * cs + 200);
+    ns.punch(f.oid, start, end - start).unwrap();
+    let mut want = data.clone();
+    want[start as usize..end as usize].fill(0);
+    assert_eq!(read_all(&ns, f.oid), want);
+    assert_eq!(used(), 3 * cs + 100);
+    // To past the end, from inside chunk 4: its tail is cut, the size stays.
+    ns.punch(f.oid, 4 * cs + 10, 10 * cs).unwrap();
+    want[(4 * cs + 10) as usize..].fill(0);
+    assert_eq!(ns.getattr(f.oid).unwrap().size, 5 * cs);
+    assert_eq!(read_all(&ns, f.oid), want);
+    assert_eq!(used(), 2 * cs + 110);
+    // Past the size: nothing.
+    ns.punch(f.oid, 6 * cs, 1 << 40).unwrap();
+    assert_eq!(
+        (ns.getattr(f.oid).unwrap().size, used()),
+        (5 * cs, 2 * cs + 110)
+    );
+    // A hole's space is taken again by the writes that fill it.
+    ns.write(f.oid, 2 * cs, &pattern(cs as usize, 8)).unwrap();
+    assert_eq!(used(), 3 * cs + 110);
+    let dir = ns.mkdir(ROOT, "d", 0o755, 0, 0).unwrap();
+    assert_eq!(ns.punch(dir.oid, 0, 1).unwrap_err().errno, Errno::ISDIR);
     ns.unlink(ROOT, "f").unwrap();
     assert_eq!(used(), 0);
 }

@@ -45,6 +45,20 @@ pub(super) struct Queued {
     failed: HashMap<Oid, String>,
 }
 
+impl Queued {
+    /// Whether a write is queued for one of the chunks `idx` of `oid`. An allocation's range
+    /// may span 2^40 chunks: the shorter of the range and the queue is walked.
+    fn holds_any(&self, oid: Oid, idx: &Range<u64>) -> bool {
+        if idx.end.saturating_sub(idx.start) <= self.chunks.len() as u64 {
+            idx.clone().any(|i| self.chunks.contains_key(&(oid, i)))
+        } else {
+            self.chunks
+                .keys()
+                .any(|&(o, i)| o == oid && idx.contains(&i))
+        }
+    }
+}
+
 impl Writes {
     pub(super) fn new(state: WriteState) -> Writes {
         Writes {
@@ -70,7 +84,7 @@ impl Writes {
             .wait_while(st, |s| {
                 let q = &s.queued;
                 (room > 0 && q.bytes > 0 && q.bytes + room > MAX_QUEUED_BYTES)
-                    || idx.clone().any(|i| q.chunks.contains_key(&(oid, i)))
+                    || q.holds_any(oid, &idx)
             })
             .expect("writes lock")
     }
