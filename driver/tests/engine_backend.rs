@@ -435,3 +435,84 @@ fn a_punched_hole_frees_its_space_and_reads_as_zeros() {
     f.set_len(4096).unwrap();
     assert_eq!(std::fs::read(w.path("f")).unwrap(), vec![0; 4096]);
 }
+
+/// What the worker answered "absent" by itself (docs/worker.md).
+fn absent_answers(w: &WorkerProc) -> u64 {
+    w.stats()["absent_answers"].as_u64().unwrap_or(0)
+}
+
+fn exists(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok()
+}
+
+/// On a single-writer volume the lookups before creates in a directory the worker made are
+/// answered by the worker; every name made, renamed and removed there is still found, or
+/// not, as on any file system (the kernel's caches dropped before each check, so the
+/// lookups reach the worker). A multi-writer volume asks the engine every time.
+#[test]
+fn a_single_writer_worker_answers_lookups_of_new_names_in_its_own_directories() {
+    if !can_mount() {
+        return;
+    }
+    let backing = EngineBacking::start();
+    let single = Opts {
+        args: vec!["--access".into(), "single-writer".into()],
+        fuse_fd: None,
+    };
+    let w = WorkerProc::start(&backing, single);
+    let dir = w.path("made");
+    std::fs::create_dir(&dir).unwrap();
+    let (lookups, answered) = (served(&w, "lookup"), absent_answers(&w));
+    for i in 0..100u32 {
+        std::fs::write(dir.join(format!("f{i}")), i.to_le_bytes()).unwrap();
+    }
+    std::fs::create_dir(dir.join("sub")).unwrap();
+    std::os::unix::fs::symlink("f1", dir.join("link")).unwrap();
+    assert_eq!(absent_answers(&w) - answered, 102, "one per new name");
+    assert_eq!(
+        served(&w, "lookup") - lookups,
+        102,
+        "counted as lookups too"
+    );
+
+    let drop_caches = || std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    drop_caches();
+    assert_eq!(std::fs::read(dir.join("f7")).unwrap(), 7u32.to_le_bytes());
+    assert_eq!(std::fs::read(dir.join("link")).unwrap(), 1u32.to_le_bytes());
+    assert!(!exists(&dir.join("never")));
+    std::fs::rename(dir.join("f7"), dir.join("seven")).unwrap();
+    std::fs::rename(dir.join("f8"), dir.join("sub/eight")).unwrap();
+    std::fs::rename(dir.join("f9"), dir.join("f9")).unwrap();
+    std::fs::remove_file(dir.join("f10")).unwrap();
+    drop_caches();
+    assert!(!exists(&dir.join("f7")) && !exists(&dir.join("f8")));
+    assert_eq!(
+        std::fs::read(dir.join("seven")).unwrap(),
+        7u32.to_le_bytes()
+    );
+    assert_eq!(
+        std::fs::read(dir.join("sub/eight")).unwrap(),
+        8u32.to_le_bytes()
+    );
+    assert!(exists(&dir.join("f9")), "renamed onto itself");
+    assert!(!exists(&dir.join("f10")));
+    std::fs::write(dir.join("f10"), b"again").unwrap();
+    drop_caches();
+    assert_eq!(std::fs::read(dir.join("f10")).unwrap(), b"again");
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 101, "99 files, sub, link: {names:?}");
+
+    // The volume's root was not made by this worker: its lookups go to the engine.
+    let answered = absent_answers(&w);
+    std::fs::write(w.path("at-root"), b"x").unwrap();
+    assert_eq!(absent_answers(&w), answered);
+
+    let multi = WorkerProc::start(&backing, Opts::default());
+    std::fs::create_dir(multi.path("theirs")).unwrap();
+    std::fs::write(multi.path("theirs/f"), b"x").unwrap();
+    assert_eq!(absent_answers(&multi), 0);
+}

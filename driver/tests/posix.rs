@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Backing, EngineBacking, WorkerProc, can_mount, errno_of, tempdir};
+use common::{Backing, EngineBacking, Opts, WorkerProc, can_mount, errno_of, tempdir};
 use dpufs_e2e::dfuse::Dfuse;
 use std::ffi::OsStr;
 use std::fmt::Debug;
@@ -1216,7 +1216,7 @@ fn posix_differential_suite() {
         return;
     }
     let backing = tempdir("dpufs-posix-backing-");
-    differential_suite_on(backing.path(), &[]);
+    let _ = differential_suite_on(backing.path(), Opts::default(), &[]);
 }
 
 /// The same suite on a worker serving a container of a real engine over the fabric.
@@ -1225,7 +1225,26 @@ fn posix_differential_suite_on_the_engine() {
     if !can_mount() {
         return;
     }
-    differential_suite_on(&EngineBacking::start(), &[]);
+    let _ = differential_suite_on(&EngineBacking::start(), Opts::default(), &[]);
+}
+
+/// And on a single-writer volume of it, whose worker answers lookups of new names in the
+/// directories it made itself (docs/worker.md): every case's directory is one.
+#[test]
+fn posix_differential_suite_on_a_single_writer_engine_volume() {
+    if !can_mount() {
+        return;
+    }
+    let single = Opts {
+        args: vec!["--access".into(), "single-writer".into()],
+        fuse_fd: None,
+    };
+    let stats = differential_suite_on(&EngineBacking::start(), single, &[]);
+    let answered = stats["absent_answers"].as_u64().unwrap();
+    assert!(
+        answered > 2500,
+        "the worker answered {answered} lookups itself: {stats}"
+    );
 }
 
 /// The same suite on a worker serving a container of a real DAOS 2.8.0 system through
@@ -1248,7 +1267,7 @@ fn suite_on_daos(test: &str, version: &str) {
     let Some(backing) = common::DaosBacking::start(test, version) else {
         return;
     };
-    differential_suite_on(&backing, allow::LIBDFS);
+    let _ = differential_suite_on(&backing, Opts::default(), allow::LIBDFS);
 }
 
 /// DAOS's own FUSE client and a dpufs volume on the same container give the same answers
@@ -1341,11 +1360,15 @@ fn agree_with_dfuse(test: &str, version: &str, known: &[(&str, &str, &str)]) {
     drop(dfuse);
 }
 
-fn differential_suite_on(backing: &(impl Backing + ?Sized), extra: &[(&str, &'static str, &str)]) {
+fn differential_suite_on(
+    backing: &(impl Backing + ?Sized),
+    opts: Opts,
+    extra: &[(&str, &'static str, &str)],
+) -> serde_json::Value {
     // SAFETY: plain libc call; the same umask for both runs.
     unsafe { libc::umask(0o022) };
     let local = tempdir("dpufs-posix-local-");
-    let worker = WorkerProc::start(backing, Default::default());
+    let worker = WorkerProc::start(backing, opts);
 
     let want = run_all(local.path());
     let got = run_all(&worker.mountpoint);
@@ -1398,6 +1421,7 @@ fn differential_suite_on(backing: &(impl Backing + ?Sized), extra: &[(&str, &'st
     let stats = worker.stats();
     assert_eq!(stats["transport_errors"], 0, "{stats}");
     assert!(stats["ops"]["create"]["count"].as_u64().unwrap() > 2500);
+    stats
 }
 
 /// The Dfs-level differential cases of `dpufs_daos::dfs::conformance`, run through the mount:

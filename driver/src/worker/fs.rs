@@ -20,6 +20,7 @@
 
 use super::backend::ForgetHook;
 use super::dfs_io::DfsIo;
+use super::known_dirs::KnownDirs;
 use super::stats::{Op, Stats};
 use super::throttle::Throttle;
 use dpufs_daos::dfs::{
@@ -126,6 +127,12 @@ impl FsConfig {
 }
 
 impl FsConfig {
+    /// Whether the worker answers lookups in the directories it made itself: only where it
+    /// is the only writer, and only for as long as the kernel trusts absent names.
+    fn knows_new_dirs(&self) -> bool {
+        self.access == AccessMode::SingleWriter && !self.negative_ttl.is_zero()
+    }
+
     /// Rejects combinations that would break coherence.
     pub fn validate(&self) -> Result<(), String> {
         if self.writeback_cache && self.access != AccessMode::SingleWriter {
@@ -257,6 +264,8 @@ pub struct DfsFs {
     negotiated: Arc<Negotiated>,
     session_record: Option<PathBuf>,
     throttle: Arc<Throttle>,
+    /// On a single-writer volume, the names of the directories this worker made.
+    known: Option<KnownDirs>,
 }
 
 impl std::fmt::Debug for DfsFs {
@@ -318,7 +327,6 @@ impl DfsFs {
     ) -> DfsFs {
         DfsFs {
             dfs,
-            cfg,
             stats,
             counts: forget.map(|forget| LookupCounts {
                 shards: (0..LookupCounts::SHARDS)
@@ -329,6 +337,10 @@ impl DfsFs {
             negotiated: Arc::new(Negotiated::default()),
             session_record,
             throttle,
+            known: cfg
+                .knows_new_dirs()
+                .then(|| KnownDirs::new(cfg.negative_ttl)),
+            cfg,
         }
     }
 
@@ -469,6 +481,33 @@ impl DfsFs {
             }
         }
         Err(last.unwrap_or_else(|| DfsError::new(Errno::STALE, "object released during lookup")))
+    }
+
+    /// The answer to a lookup of an absent name: a negative entry (nodeid 0) the kernel
+    /// caches for the negative TTL, or ENOENT where it caches none.
+    fn absent(&self) -> io::Result<Entry> {
+        if self.cfg.negative_ttl.is_zero() {
+            return Err(errno(libc::ENOENT));
+        }
+        Ok(Entry {
+            inode: 0,
+            entry_timeout: self.cfg.negative_ttl,
+            ..Entry::default()
+        })
+    }
+
+    /// `name` may be in `parent` from now on (see [`KnownDirs`]): before a change makes it.
+    fn may_hold(&self, parent: Oid, name: &str) {
+        if let Some(k) = &self.known {
+            k.may_hold(parent, name);
+        }
+    }
+
+    /// `name` is gone from `parent`: after a change removed it.
+    fn removed(&self, parent: Oid, name: &str) {
+        if let Some(k) = &self.known {
+            k.removed(parent, name);
+        }
     }
 
     /// A new object's entry, counted.
@@ -629,16 +668,13 @@ impl FileSystem for DfsFs {
     fn lookup(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<Entry> {
         self.op(Op::Lookup, || {
             let name = name_str(name)?;
+            if self.known.as_ref().is_some_and(|k| k.absent(parent, name)) {
+                self.stats.absent_answer();
+                return self.absent();
+            }
             match self.lookup_attr(parent, name) {
                 Ok(attr) => Ok(self.entry(&attr)),
-                Err(e) if e.errno == Errno::NOENT && !self.cfg.negative_ttl.is_zero() => {
-                    // A negative entry: nodeid 0, cached for the negative TTL.
-                    Ok(Entry {
-                        inode: 0,
-                        entry_timeout: self.cfg.negative_ttl,
-                        ..Entry::default()
-                    })
-                }
+                Err(e) if e.errno == Errno::NOENT => self.absent(),
                 Err(e) => Err(err(e)),
             }
         })
@@ -744,6 +780,7 @@ impl FileSystem for DfsFs {
             self.check_writable()?;
             let (name, target) = (name_str(name)?, name_str(linkname)?);
             let (uid, gid, _) = self.new_owner(ctx, parent, S_IFLNK | 0o777)?;
+            self.may_hold(parent, name);
             let a = self
                 .dfs
                 .symlink(parent, name, target, uid, gid)
@@ -769,6 +806,7 @@ impl FileSystem for DfsFs {
             }
             let name = name_str(name)?;
             let (uid, gid, mode) = self.new_owner(ctx, parent, mode)?;
+            self.may_hold(parent, name);
             let a = self.dfs.create(parent, name, mode, uid, gid).map_err(err)?;
             self.created(a)
         })
@@ -786,7 +824,11 @@ impl FileSystem for DfsFs {
             self.check_writable()?;
             let name = name_str(name)?;
             let (uid, gid, mode) = self.new_owner(ctx, parent, S_IFDIR | mode)?;
+            self.may_hold(parent, name);
             let a = self.dfs.mkdir(parent, name, mode, uid, gid).map_err(err)?;
+            if let Some(k) = &self.known {
+                k.made(a.oid);
+            }
             self.created(a)
         })
     }
@@ -794,14 +836,20 @@ impl FileSystem for DfsFs {
     fn unlink(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
         self.op(Op::Unlink, || {
             self.check_writable()?;
-            self.dfs.unlink(parent, name_str(name)?).map_err(err)
+            let name = name_str(name)?;
+            self.dfs.unlink(parent, name).map_err(err)?;
+            self.removed(parent, name);
+            Ok(())
         })
     }
 
     fn rmdir(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
         self.op(Op::Rmdir, || {
             self.check_writable()?;
-            self.dfs.rmdir(parent, name_str(name)?).map_err(err)
+            let name = name_str(name)?;
+            self.dfs.rmdir(parent, name).map_err(err)?;
+            self.removed(parent, name);
+            Ok(())
         })
     }
 
@@ -821,15 +869,16 @@ impl FileSystem for DfsFs {
                 return Err(errno(libc::EINVAL));
             }
             let noreplace = flags & libc::RENAME_NOREPLACE != 0;
+            let (from, to) = (name_str(oldname)?, name_str(newname)?);
+            self.may_hold(newdir, to);
             self.dfs
-                .rename(
-                    olddir,
-                    name_str(oldname)?,
-                    newdir,
-                    name_str(newname)?,
-                    noreplace,
-                )
-                .map_err(err)
+                .rename(olddir, from, newdir, to, noreplace)
+                .map_err(err)?;
+            // A rename onto itself succeeds and leaves the name.
+            if (olddir, from) != (newdir, to) {
+                self.removed(olddir, from);
+            }
+            Ok(())
         })
     }
 
@@ -874,6 +923,7 @@ impl FileSystem for DfsFs {
             self.check_writable()?;
             let name = name_str(name)?;
             let (uid, gid, mode) = self.new_owner(ctx, parent, S_IFREG | args.mode)?;
+            self.may_hold(parent, name);
             let entry = match self.dfs.create(parent, name, mode, uid, gid) {
                 Ok(a) => self.created(a)?,
                 // open(O_CREAT) without O_EXCL on a name that appeared since the kernel's

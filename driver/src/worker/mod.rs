@@ -14,6 +14,7 @@ pub mod channel;
 pub mod control;
 mod dfs_io;
 pub mod fs;
+mod known_dirs;
 pub mod privilege;
 mod readers;
 mod setup;

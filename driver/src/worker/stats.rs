@@ -92,6 +92,8 @@ pub struct Stats {
     transport_errors: AtomicU64,
     /// Getattrs answered from the attributes a change's reply carried.
     changed_dir_answers: AtomicU64,
+    /// Lookups answered "absent" from the names of a directory this worker made.
+    absent_answers: AtomicU64,
 }
 
 impl Default for Stats {
@@ -112,6 +114,7 @@ impl Stats {
             in_flight: AtomicU64::new(0),
             transport_errors: AtomicU64::new(0),
             changed_dir_answers: AtomicU64::new(0),
+            absent_answers: AtomicU64::new(0),
         }
     }
 
@@ -157,6 +160,11 @@ impl Stats {
     /// the backend.
     pub fn changed_dir_answer(&self) {
         self.changed_dir_answers.fetch_add(1, Relaxed);
+    }
+
+    /// A lookup answered "absent" with no request to the backend.
+    pub fn absent_answer(&self) {
+        self.absent_answers.fetch_add(1, Relaxed);
     }
 
     /// A request that failed in the transport (decode error, reply refused by the kernel).
@@ -257,6 +265,7 @@ impl Stats {
             in_flight: self.in_flight(),
             transport_errors: self.transport_errors.load(Relaxed),
             changed_dir_answers: self.changed_dir_answers.load(Relaxed),
+            absent_answers: self.absent_answers.load(Relaxed),
             errors,
             ops,
         }
