@@ -198,9 +198,12 @@ impl Namespace {
         self.meta.readdir(dir, cookie, max)
     }
 
-    /// Changes attributes; a size change truncates or extends (sparse).
+    /// Changes attributes; a size change truncates or extends (sparse). Only a size change
+    /// holds writes out (it may cut chunk files): a chmod, chown or utimes, three of every
+    /// file `cp -a` writes, neither waits for queued writes to land nor drops what was read
+    /// ahead.
     pub fn setattr(&self, oid: Oid, set: SetAttr) -> DfsResult<Inode> {
-        let mut held = self.chunks.quiesce();
+        let mut held = set.size.map(|_| self.chunks.quiesce());
         let (ino, freed) = self.meta.update(|tx| {
             let mut ino = tx.inode(oid)?;
             let now = Time::now();
@@ -216,6 +219,7 @@ impl Namespace {
                 }
                 check_end(size, 0)?;
                 if size < ino.size {
+                    let held = held.as_mut().expect("held for a size change");
                     freed = held.cut(oid, size, ino.size)?;
                     tx.adjust_used(-(freed as i64))?;
                 }

@@ -129,6 +129,59 @@ fn writes_to_a_chunk_land_in_order_and_cuts_wait_for_them() {
     );
 }
 
+/// A chmod, chown or utimes is answered while writes are queued (it cuts nothing); a
+/// truncation waits for them.
+#[test]
+fn only_a_size_change_waits_for_queued_writes() {
+    let disk = SimDisk::default();
+    let ns = open(&disk);
+    let f = ns.create(ROOT, "f", 0o644, 0, 0).unwrap().oid;
+    disk.hold_writes(true);
+    ns.write_behind(f, 0, bytes(2 * CHUNK as usize, 7)).unwrap();
+    let times = SetAttr {
+        mode: Some(0o600),
+        uid: Some(5),
+        mtime: Some(Time { secs: 7, nanos: 0 }),
+        ..SetAttr::default()
+    };
+    let chmod = thread::spawn({
+        let ns = ns.clone();
+        move || ns.setattr(f, times)
+    });
+    for _ in 0..50 {
+        if chmod.is_finished() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    if !chmod.is_finished() {
+        disk.hold_writes(false);
+        panic!("a chmod waited for the queued write");
+    }
+    let changed = chmod.join().unwrap().unwrap();
+    assert_eq!(
+        (changed.mode & 0o7777, changed.uid, changed.size),
+        (0o600, 5, 2 * CHUNK)
+    );
+    let truncate = waiting(&disk, {
+        let ns = ns.clone();
+        move || {
+            let cut = SetAttr {
+                size: Some(CHUNK),
+                ..SetAttr::default()
+            };
+            ns.setattr(f, cut)
+        }
+    });
+    disk.hold_writes(false);
+    assert_eq!(truncate.join().unwrap().unwrap().size, CHUNK);
+    assert_eq!(read(&ns, f, 2 * CHUNK as usize), vec![7; CHUNK as usize]);
+    assert!(
+        ns.getattr(f).unwrap().mtime.secs > 7,
+        "the truncation sets its own mtime"
+    );
+}
+
 #[test]
 fn a_queued_write_that_fails_fails_the_next_fsync() {
     let disk = SimDisk::default();
