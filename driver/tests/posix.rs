@@ -177,6 +177,16 @@ mod allow {
             "dfuse has no FALLOC_FL_PUNCH_HOLE",
         ),
         (
+            "sparse/punch-to-end",
+            "Err(EOPNOTSUPP)",
+            "dfuse has no FALLOC_FL_PUNCH_HOLE",
+        ),
+        (
+            "sparse/after-punch-to-end",
+            "Some(false)",
+            "dfuse has no FALLOC_FL_PUNCH_HOLE",
+        ),
+        (
             "errnos/mkfifo",
             "Err(EINVAL)",
             "dfuse passes DFS's EINVAL on",
@@ -946,6 +956,26 @@ fn case_sparse(d: &Path, r: &mut Rec) {
                 b[..1000].iter().all(|x| *x == 0xAB)
                     && b[1000..4000].iter().all(|x| *x == 0)
                     && b[4000..].iter().all(|x| *x == 0xAB)
+            })
+            .ok(),
+    );
+    // To past the end: the size stays (libdfs's dfs_punch truncates such a range).
+    r.ok(
+        "punch-to-end",
+        sys::fallocate(
+            &fd,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            6000,
+            2 << 20,
+        ),
+    );
+    r.val(
+        "after-punch-to-end",
+        sys::pread(&fd, 0, 8192)
+            .map(|b| {
+                b.len() == 8192
+                    && b[4000..6000].iter().all(|x| *x == 0xAB)
+                    && b[6000..].iter().all(|x| *x == 0)
             })
             .ok(),
     );

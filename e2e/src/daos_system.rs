@@ -7,7 +7,7 @@
 //! [`prefixes`] is the one discovery rule (`.ci/run` mirrors it): the colon-separated
 //! `$DPUFS_DAOS_PREFIXES`, else every `~/.cache/dpufs-daos/v*` holding `bin/daos_server`.
 //! Without a prefix a test calls [`skip`], which prints a loud SKIPPED line, or fails when
-//! `DPUFS_REQUIRE_DAOS=1`.
+//! `DPUFS_REQUIRE_DAOS` requires its version (`1`: all, or a list such as `2.6.5,2.8.0`).
 //!
 //! One system at a time: an engine takes ~1 GB and a tmpfs of [`SCM_GIB`], and the engine's
 //! fabric ports are fixed, so [`DaosSystem::start`] first takes an exclusive `flock` on
@@ -157,13 +157,26 @@ pub fn prefix_of(version: &str) -> Option<Prefix> {
 }
 
 /// Says loudly that `test` did not run for want of DAOS `version`, or fails it when
-/// `DPUFS_REQUIRE_DAOS=1`.
+/// `DPUFS_REQUIRE_DAOS` requires that version (see [`required`]).
 pub fn skip(test: &str, version: &str) {
     let why = format!(
         "no DAOS {version} prefix (bin/daos_server) in $DPUFS_DAOS_PREFIXES or \
          ~/.cache/dpufs-daos/v* (docs/testing.md, \"Real DAOS\")"
     );
-    crate::skip::skip("DPUFS_REQUIRE_DAOS", test, &why);
+    let required_by = std::env::var(REQUIRE)
+        .ok()
+        .filter(|v| required(v, version))
+        .map(|v| format!("{REQUIRE}={v}"));
+    crate::skip::skip_unless(required_by, test, &why);
+}
+
+/// The variable naming the DAOS versions whose tests must run.
+const REQUIRE: &str = "DPUFS_REQUIRE_DAOS";
+
+/// Whether `DPUFS_REQUIRE_DAOS=value` requires `version`: `1` every version, else a
+/// comma-separated list of versions (what `.ci/run` found prefixes for).
+fn required(value: &str, version: &str) -> bool {
+    value == "1" || value.split(',').any(|v| v.trim() == version)
 }
 
 /// A running system of DAOS `version` with its agent (knowing `users`, see
@@ -902,5 +915,20 @@ fn remove_shm_created_by(pids: &[u32]) {
             // SAFETY: shmctl(2) IPC_RMID takes no buffer.
             unsafe { libc::shmctl(shmid, libc::IPC_RMID, std::ptr::null_mut()) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::required;
+
+    #[test]
+    fn the_require_variable_names_every_version_or_a_list() {
+        assert!(required("1", "2.8.0"));
+        assert!(required("2.6.5", "2.6.5"));
+        assert!(!required("2.6.5", "2.8.0"), "only the versions found");
+        assert!(required("2.6.5, 2.8.0", "2.8.0"));
+        assert!(!required("0", "2.6.5"));
+        assert!(!required("", "2.6.5"));
     }
 }

@@ -12,11 +12,17 @@ pub const REQUIRE_HOST: &str = "DPUFS_REQUIRE_HOST";
 
 /// Says loudly that `test` did not run and why, or fails it when `require` is 1.
 pub fn skip(require: &str, test: &str, why: &str) {
+    let required = std::env::var(require).as_deref() == Ok("1");
+    skip_unless(required.then(|| format!("{require}=1")), test, why);
+}
+
+/// Says loudly that `test` did not run and why, or fails it when `required_by` names what
+/// says it must run.
+pub fn skip_unless(required_by: Option<String>, test: &str, why: &str) {
     let msg = format!("SKIPPED {test}: {why}");
-    assert!(
-        std::env::var(require).as_deref() != Ok("1"),
-        "{msg}, and {require}=1"
-    );
+    if let Some(by) = required_by {
+        panic!("{msg}, and {by}");
+    }
     // Straight to stderr: libtest captures eprintln! and shows it only for failures.
     let _ = writeln!(std::io::stderr(), "\n!!!!! {msg}\n");
 }
