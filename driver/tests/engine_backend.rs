@@ -374,6 +374,58 @@ fn the_directory_attributes_a_change_returns_answer_the_kernels_next_getattr() {
     assert_eq!(change_entries(&strict, &strict.path("s")), 0);
 }
 
+/// A file opened for reading asks the engine nothing: one another mount removed after this
+/// kernel looked it up opens, and its first read says it is gone (ESTALE). An open for
+/// writing still asks, and fails at the open (ENOENT once the kernel has looked again).
+#[test]
+fn a_file_opens_for_reading_without_the_engine_and_one_another_mount_removed_fails_at_its_read() {
+    let Some((_backing, a, b)) = two_mounts_trusting_a_for_an_hour() else {
+        return;
+    };
+    std::fs::write(a.path("f"), b"data").unwrap();
+    std::fs::write(a.path("g"), b"data").unwrap();
+    assert_eq!(std::fs::read(a.path("f")).unwrap(), b"data");
+    assert!(std::fs::metadata(a.path("g")).is_ok());
+    std::fs::remove_file(b.path("f")).unwrap();
+    std::fs::remove_file(b.path("g")).unwrap();
+    let mut f = std::fs::File::open(a.path("f")).expect("a read open asks the engine nothing");
+    let mut buf = Vec::new();
+    let e = std::io::Read::read_to_end(&mut f, &mut buf).unwrap_err();
+    assert_eq!(errno_of(&e), "ESTALE", "the engine's answer at the read");
+    let e = std::fs::OpenOptions::new()
+        .write(true)
+        .open(a.path("g"))
+        .unwrap_err();
+    // The engine says ESTALE; the kernel then walks the path again, asking for the name.
+    assert_eq!(errno_of(&e), "ENOENT", "an open for writing asks");
+}
+
+/// Two mounts of one engine volume, the first trusting its kernel's entries and attributes
+/// for an hour (so a removal by the second cannot reach it by a lookup) and keeping no data
+/// in its page cache; None where nothing can be mounted.
+fn two_mounts_trusting_a_for_an_hour() -> Option<(EngineBacking, WorkerProc, WorkerProc)> {
+    if !can_mount() {
+        return None;
+    }
+    let backing = EngineBacking::start();
+    let long_ttl = Opts {
+        args: [
+            "--entry-ttl",
+            "3600",
+            "--attr-ttl",
+            "3600",
+            "--data-cache",
+            "off",
+        ]
+        .map(String::from)
+        .to_vec(),
+        fuse_fd: None,
+    };
+    let a = WorkerProc::start(&backing, long_ttl);
+    let b = WorkerProc::start(&backing, Opts::default());
+    Some((backing, a, b))
+}
+
 /// The container's free bytes, as statfs(2) through the mount reports them.
 fn free_bytes(path: &Path) -> u64 {
     let c = CString::new(path.as_os_str().as_bytes()).unwrap();

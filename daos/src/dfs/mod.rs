@@ -241,7 +241,9 @@ pub trait Dfs: Send + Sync {
 
     /// Whether the backend still holds `oid` (ESTALE if not: a forget released it, and the
     /// name must be looked up again). A backend with a table of held objects answers from
-    /// it; the default asks for the attributes.
+    /// it; one without (the engine) answers Ok; the default asks for the attributes. The
+    /// worker asks at a read-only open and at opendir, so it must cost no round trip where
+    /// it can be answered locally.
     fn holds(&self, oid: Oid) -> DfsResult<()> {
         self.getattr(oid).map(drop)
     }

@@ -903,10 +903,22 @@ impl FileSystem for DfsFs {
         self.op(Op::Open, || {
             let acc = flags as i32 & libc::O_ACCMODE;
             let write = acc == libc::O_WRONLY || acc == libc::O_RDWR;
-            if (write || flags & libc::O_TRUNC as u32 != 0) && self.cfg.read_only() {
+            let truncate = flags & libc::O_TRUNC as u32 != 0;
+            if (write || truncate) && self.cfg.read_only() {
                 return Err(errno(libc::EROFS));
             }
-            self.dfs.open(inode, write).map_err(err)?;
+            // A read-only open only asks whether the backend still holds the object: the kernel
+            // opens only what it looked up (never a symlink, and a directory by OPENDIR), and
+            // the handles are stateless. The engine answers that without a round trip (one of
+            // every small file a loader reads): a file another mount removed fails at its first
+            // read (ESTALE, as on NFS). A backend with a table of held objects (libdfs, a local
+            // directory) answers from it, so after a worker's replacement the kernel gets its
+            // ESTALE here, where it looks the name up again.
+            if write || truncate {
+                self.dfs.open(inode, write).map_err(err)?;
+            } else {
+                self.dfs.holds(inode).map_err(err)?;
+            }
             self.truncate_on_open(inode, flags, (fuse_flags, ctx.gid))?;
             Ok((None, self.cfg.open_options(), None))
         })
@@ -1154,14 +1166,18 @@ impl FileSystem for DfsFs {
     fn opendir(
         &self,
         _ctx: &Context,
-        _inode: u64,
+        inode: u64,
         _flags: u32,
     ) -> io::Result<(Option<u64>, OpenOptions)> {
-        // Nothing to ask the backend: the kernel opens only an inode it knows is a directory,
-        // and handles are stateless. A directory another mount removed since this kernel
-        // looked it up fails at its first listing (ESTALE) instead of here, as on NFS; each
-        // `find`, `ls -R` or `rm -r` saves a round trip per directory.
-        self.op(Op::Opendir, || Ok((None, OpenOptions::empty())))
+        // Only whether the backend still holds it, as for a file opened for reading (see
+        // `open`): the kernel opens only an inode it knows is a directory, and handles are
+        // stateless. On the engine a directory another mount removed since this kernel looked
+        // it up fails at its first listing (ESTALE) instead of here, as on NFS; each `find`,
+        // `ls -R` or `rm -r` saves a round trip per directory.
+        self.op(Op::Opendir, || {
+            self.dfs.holds(inode).map_err(err)?;
+            Ok((None, OpenOptions::empty()))
+        })
     }
 
     fn readdir(

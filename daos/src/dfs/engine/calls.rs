@@ -142,6 +142,12 @@ impl Dfs for EngineDfs {
         self.change(&[parent], op, Bulk::None).map(drop)
     }
 
+    /// The engine keeps no table of objects a client holds: an oid a lookup gave stays valid
+    /// until the object is removed, and a removed one answers ESTALE at its next request.
+    fn holds(&self, _oid: Oid) -> DfsResult<()> {
+        Ok(())
+    }
+
     fn take_changed_dir(&self, dir: Oid) -> Option<(Attr, Instant)> {
         self.changed_dirs.take(dir)
     }
