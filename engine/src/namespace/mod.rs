@@ -386,14 +386,7 @@ impl Namespace {
         let mut held = self.chunks.quiesce();
         let freed = self.meta.update(|tx| {
             let mut ino = tx.inode(oid)?;
-            if !ino.is_file() {
-                let errno = if ino.is_dir() {
-                    Errno::ISDIR
-                } else {
-                    Errno::INVAL
-                };
-                return Err(err(errno, "can only punch holes in regular files"));
-            }
+            meta::only_files(&ino, "punch holes in")?;
             let stop = end.min(ino.size);
             if stop <= offset {
                 return Ok(0);

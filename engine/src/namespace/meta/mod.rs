@@ -389,14 +389,7 @@ impl MetaStore {
     /// (`what` names the refused operation).
     pub fn regular_file(&self, oid: Oid, what: &str) -> DfsResult<Inode> {
         let ino = self.getattr(oid)?;
-        if !ino.is_file() {
-            let errno = if ino.is_dir() {
-                Errno::ISDIR
-            } else {
-                Errno::INVAL
-            };
-            return Err(err(errno, format!("can only {what} regular files")));
-        }
+        only_files(&ino, what)?;
         Ok(ino)
     }
 
@@ -476,4 +469,18 @@ impl MetaStore {
             .len()
             .storage()
     }
+}
+
+/// Refuses what only a regular file can have done to it ("can only {what} regular files"):
+/// EISDIR for a directory, EINVAL for anything else.
+pub(crate) fn only_files(ino: &Inode, what: &str) -> DfsResult<()> {
+    if ino.is_file() {
+        return Ok(());
+    }
+    let errno = if ino.is_dir() {
+        Errno::ISDIR
+    } else {
+        Errno::INVAL
+    };
+    Err(err(errno, format!("can only {what} regular files")))
 }
