@@ -398,7 +398,11 @@ fn errors_name_the_right_culprit() {
     // Only regular files have holes: a directory is EISDIR, anything else EINVAL.
     let punched = ns.punch(ROOT, 0, 10).unwrap_err();
     assert_eq!(punched.errno, Errno::ISDIR);
-    assert!(punched.to_string().contains("can only punch holes in regular files"));
+    assert!(
+        punched
+            .to_string()
+            .contains("can only punch holes in regular files")
+    );
     assert_eq!(ns.punch(l.oid, 0, 10).unwrap_err().errno, Errno::INVAL);
     assert_eq!(
         ns.write(f.oid, u64::MAX - 1, b"xx").unwrap_err().errno,
