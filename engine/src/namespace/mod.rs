@@ -209,14 +209,7 @@ impl Namespace {
             let now = Time::now();
             let mut freed = 0;
             if let Some(size) = set.size {
-                if !ino.is_file() {
-                    let errno = if ino.is_dir() {
-                        Errno::ISDIR
-                    } else {
-                        Errno::INVAL
-                    };
-                    return Err(err(errno, "only files have a size to set"));
-                }
+                meta::only_files(&ino, "set the size of")?;
                 check_end(size, 0)?;
                 if size < ino.size {
                     let held = held.as_mut().expect("held for a size change");
