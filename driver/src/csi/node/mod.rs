@@ -24,13 +24,12 @@ use crate::csi::{TOPOLOGY_NODE_KEY, TOPOLOGY_SYSTEM_KEY};
 use crate::keeper::Keeper;
 use dpufs_node_api::handover::AccessMode;
 use dpufs_proto::csi::v1::{
-    self as csi, NodeServiceCapability, Topology, VolumeCapability, node_server::Node,
-    node_service_capability, volume_capability,
+    self as csi, NodeServiceCapability, Topology, VolumeCapability, node_service_capability,
+    volume_capability,
 };
 use prepare::Stager;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tonic::{Request, Response, Status};
 
 /// How a node plugin runs; what it stages with is its [`Stager`].
 #[derive(Debug, Clone)]
@@ -187,70 +186,87 @@ pub(crate) fn reader_only(cap: &VolumeCapability) -> bool {
         .is_some_and(|m| matches!(m, Mode::SingleNodeReaderOnly | Mode::MultiNodeReaderOnly))
 }
 
-#[tonic::async_trait]
-impl Node for NodeService {
-    async fn node_stage_volume(
-        &self,
-        req: Request<csi::NodeStageVolumeRequest>,
-    ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
-        self.stage(req.into_inner()).await?;
-        Ok(Response::new(csi::NodeStageVolumeResponse {}))
-    }
+/// The CSI Node service's gRPC methods for a type whose inherent `stage`, `unstage`,
+/// `publish`, `unpublish`, `stats` and `info` do the work, their errors turned into a
+/// `tonic::Status` by the type's own error enum (`$errors`, which also answers
+/// NodeExpandVolume as Unimplemented): the host's node plugin ([`NodeService`]) and DPU mode's
+/// host shim (`crate::dpu::shim`) answer the same calls with different work behind them.
+macro_rules! node_rpcs {
+    ($service:ty, $errors:ident) => {
+        const _: () = {
+            use dpufs_proto::csi::v1::{self as csi, node_server::Node};
+            use tonic::{Request, Response, Status};
 
-    async fn node_unstage_volume(
-        &self,
-        req: Request<csi::NodeUnstageVolumeRequest>,
-    ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
-        self.unstage(req.into_inner()).await?;
-        Ok(Response::new(csi::NodeUnstageVolumeResponse {}))
-    }
+            #[tonic::async_trait]
+            impl Node for $service {
+                async fn node_stage_volume(
+                    &self,
+                    req: Request<csi::NodeStageVolumeRequest>,
+                ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
+                    self.stage(req.into_inner()).await?;
+                    Ok(Response::new(csi::NodeStageVolumeResponse {}))
+                }
 
-    async fn node_publish_volume(
-        &self,
-        req: Request<csi::NodePublishVolumeRequest>,
-    ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
-        self.publish(req.into_inner()).await?;
-        Ok(Response::new(csi::NodePublishVolumeResponse {}))
-    }
+                async fn node_unstage_volume(
+                    &self,
+                    req: Request<csi::NodeUnstageVolumeRequest>,
+                ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
+                    self.unstage(req.into_inner()).await?;
+                    Ok(Response::new(csi::NodeUnstageVolumeResponse {}))
+                }
 
-    async fn node_unpublish_volume(
-        &self,
-        req: Request<csi::NodeUnpublishVolumeRequest>,
-    ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
-        self.unpublish(req.into_inner()).await?;
-        Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
-    }
+                async fn node_publish_volume(
+                    &self,
+                    req: Request<csi::NodePublishVolumeRequest>,
+                ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
+                    self.publish(req.into_inner()).await?;
+                    Ok(Response::new(csi::NodePublishVolumeResponse {}))
+                }
 
-    async fn node_get_volume_stats(
-        &self,
-        req: Request<csi::NodeGetVolumeStatsRequest>,
-    ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
-        Ok(Response::new(self.stats(req.into_inner()).await?))
-    }
+                async fn node_unpublish_volume(
+                    &self,
+                    req: Request<csi::NodeUnpublishVolumeRequest>,
+                ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
+                    self.unpublish(req.into_inner()).await?;
+                    Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
+                }
 
-    async fn node_expand_volume(
-        &self,
-        _: Request<csi::NodeExpandVolumeRequest>,
-    ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
-        Err(CsiError::Unimplemented("NodeExpandVolume").into())
-    }
+                async fn node_get_volume_stats(
+                    &self,
+                    req: Request<csi::NodeGetVolumeStatsRequest>,
+                ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
+                    Ok(Response::new(self.stats(req.into_inner()).await?))
+                }
 
-    async fn node_get_capabilities(
-        &self,
-        _: Request<csi::NodeGetCapabilitiesRequest>,
-    ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
-        Ok(Response::new(csi::NodeGetCapabilitiesResponse {
-            capabilities: NodeService::capabilities(),
-        }))
-    }
+                async fn node_expand_volume(
+                    &self,
+                    _: Request<csi::NodeExpandVolumeRequest>,
+                ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
+                    Err($errors::Unimplemented("NodeExpandVolume").into())
+                }
 
-    async fn node_get_info(
-        &self,
-        _: Request<csi::NodeGetInfoRequest>,
-    ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
-        Ok(Response::new(self.info().await?))
-    }
+                async fn node_get_capabilities(
+                    &self,
+                    _: Request<csi::NodeGetCapabilitiesRequest>,
+                ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
+                    Ok(Response::new(csi::NodeGetCapabilitiesResponse {
+                        capabilities: $crate::csi::node::NodeService::capabilities(),
+                    }))
+                }
+
+                async fn node_get_info(
+                    &self,
+                    _: Request<csi::NodeGetInfoRequest>,
+                ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
+                    Ok(Response::new(self.info().await?))
+                }
+            }
+        };
+    };
 }
+pub(crate) use node_rpcs;
+
+node_rpcs!(NodeService, CsiError);
 
 #[cfg(test)]
 mod tests {

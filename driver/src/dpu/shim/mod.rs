@@ -30,15 +30,15 @@ use crate::csi::node::publish::{
     unpublish_path,
 };
 use crate::csi::node::stage::{stage_request, unstage_request};
-use crate::csi::node::{NodeService, mounts, node_path};
+use crate::csi::node::{mounts, node_path};
 use crate::csi::volume_id::VolumeId;
 use crate::dpu::tag::is_dpufs_tag;
 use dpufs_node_api::handover::AccessMode;
-use dpufs_proto::csi::v1::{self as csi, node_server::Node};
+use dpufs_proto::csi::v1 as csi;
 use dpufs_proto::dpu::v1 as pb;
 use record::ShimRecord;
 use std::path::{Path, PathBuf};
-use tonic::{Request, Response, Status};
+use tonic::{Response, Status};
 
 /// The volume context keys kubelet adds at NodePublishVolume (CSIDriver podInfoOnMount).
 const POD_NAME: &str = "csi.storage.k8s.io/pod.name";
@@ -412,67 +412,4 @@ async fn host_usage(path: PathBuf) -> Result<Vec<csi::VolumeUsage>, String> {
     }
 }
 
-#[tonic::async_trait]
-impl Node for ShimService {
-    async fn node_stage_volume(
-        &self,
-        req: Request<csi::NodeStageVolumeRequest>,
-    ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
-        self.stage(req.into_inner()).await?;
-        Ok(Response::new(csi::NodeStageVolumeResponse {}))
-    }
-
-    async fn node_unstage_volume(
-        &self,
-        req: Request<csi::NodeUnstageVolumeRequest>,
-    ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
-        self.unstage(req.into_inner()).await?;
-        Ok(Response::new(csi::NodeUnstageVolumeResponse {}))
-    }
-
-    async fn node_publish_volume(
-        &self,
-        req: Request<csi::NodePublishVolumeRequest>,
-    ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
-        self.publish(req.into_inner()).await?;
-        Ok(Response::new(csi::NodePublishVolumeResponse {}))
-    }
-
-    async fn node_unpublish_volume(
-        &self,
-        req: Request<csi::NodeUnpublishVolumeRequest>,
-    ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
-        self.unpublish(req.into_inner()).await?;
-        Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
-    }
-
-    async fn node_get_volume_stats(
-        &self,
-        req: Request<csi::NodeGetVolumeStatsRequest>,
-    ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
-        Ok(Response::new(self.stats(req.into_inner()).await?))
-    }
-
-    async fn node_expand_volume(
-        &self,
-        _: Request<csi::NodeExpandVolumeRequest>,
-    ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
-        Err(ShimError::Unimplemented("NodeExpandVolume").into())
-    }
-
-    async fn node_get_capabilities(
-        &self,
-        _: Request<csi::NodeGetCapabilitiesRequest>,
-    ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
-        Ok(Response::new(csi::NodeGetCapabilitiesResponse {
-            capabilities: NodeService::capabilities(),
-        }))
-    }
-
-    async fn node_get_info(
-        &self,
-        _: Request<csi::NodeGetInfoRequest>,
-    ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
-        Ok(Response::new(self.info().await?))
-    }
-}
+crate::csi::node::node_rpcs!(ShimService, ShimError);
