@@ -269,19 +269,10 @@ fn two_mounts_of_a_multi_writer_volume_see_each_others_closed_files() {
 
 #[test]
 fn a_directory_opens_without_the_engine_and_one_another_mount_removed_fails_at_its_listing() {
-    if !can_mount() {
-        return;
-    }
-    let backing = EngineBacking::start();
     // A trusts its kernel's entries for an hour: the removal below cannot reach it by a lookup.
-    let long_ttl = Opts {
-        args: ["--entry-ttl", "3600", "--attr-ttl", "3600"]
-            .map(String::from)
-            .to_vec(),
-        fuse_fd: None,
+    let Some((_backing, a, b)) = two_mounts_trusting_a_for_an_hour() else {
+        return;
     };
-    let a = WorkerProc::start(&backing, long_ttl);
-    let b = WorkerProc::start(&backing, Opts::default());
     std::fs::create_dir(a.path("d")).unwrap();
     std::fs::write(a.path("d/f"), b"x").unwrap();
     assert_eq!(std::fs::read_dir(a.path("d")).unwrap().count(), 1);
