@@ -559,3 +559,188 @@ fn a_single_writer_worker_answers_lookups_of_new_names_in_its_own_directories() 
     std::fs::write(multi.path("theirs/f"), b"x").unwrap();
     assert_eq!(absent_answers(&multi), 0);
 }
+
+fn cached_answers(w: &WorkerProc) -> u64 {
+    w.stats()["cached_answers"].as_u64().unwrap_or(0)
+}
+
+/// What stat(2) says of `path`, all of it that the engine keeps.
+fn stat_of(path: &Path) -> (u64, u64, u32, u32, u32, (i64, i64, i64, i64)) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).unwrap();
+    (
+        m.ino(),
+        m.size(),
+        m.mode(),
+        m.uid(),
+        m.gid(),
+        (m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()),
+    )
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+/// On a single-writer volume the worker keeps the names, attributes and listing ends the
+/// engine gave, so once the kernel has dropped its caches the lookups, stats and the
+/// listing's last read are answered without the engine; and what it answers is what the
+/// engine holds, read afresh by another mount, after every kind of change the worker sends.
+/// A multi-writer volume keeps nothing.
+#[test]
+fn a_single_writer_worker_answers_what_the_kernel_dropped_from_what_it_kept() {
+    if !can_mount() {
+        return;
+    }
+    let backing = EngineBacking::start();
+    let single = Opts {
+        args: vec!["--access".into(), "single-writer".into()],
+        fuse_fd: None,
+    };
+    let w = WorkerProc::start(&backing, single);
+    let other = WorkerProc::start(&backing, Opts::default());
+    let drop_caches = || std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    let dir = w.path("d");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..50u32 {
+        std::fs::write(dir.join(format!("f{i}")), vec![7u8; i as usize]).unwrap();
+    }
+    std::os::unix::fs::symlink("f1", dir.join("link")).unwrap();
+    let same_as_the_engine = |name: &str| {
+        assert_eq!(
+            stat_of(&dir.join(name)),
+            stat_of(&other.path("d").join(name)),
+            "{name}: the worker's answer and the engine's"
+        );
+    };
+    // The first lookups after the writes ask the engine (a write drops what was kept).
+    drop_caches();
+    for i in 0..50 {
+        same_as_the_engine(&format!("f{i}"));
+    }
+    drop_caches();
+    let (before, lookups) = (cached_answers(&w), served(&w, "lookup"));
+    for i in 0..50 {
+        same_as_the_engine(&format!("f{i}"));
+    }
+    same_as_the_engine("link");
+    assert!(
+        cached_answers(&w) - before >= 50,
+        "{} of {} lookups answered from what was kept",
+        cached_answers(&w) - before,
+        served(&w, "lookup") - lookups
+    );
+    assert_eq!(std::fs::read(dir.join("f9")).unwrap(), vec![7u8; 9]);
+
+    // Every kind of change, each seen afresh after the kernel dropped its caches.
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("f3"))
+        .unwrap()
+        .write_all(b"more")
+        .unwrap();
+    std::fs::set_permissions(
+        dir.join("f4"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(dir.join("f5"))
+        .unwrap()
+        .set_len(1000)
+        .unwrap();
+    std::fs::rename(dir.join("f6"), dir.join("six")).unwrap();
+    std::fs::rename(dir.join("f7"), dir.join("f8")).unwrap();
+    std::fs::remove_file(dir.join("f10")).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .truncate(true)
+        .open(dir.join("f11"))
+        .unwrap();
+    let set_xattr = |p: &Path| {
+        let p = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: valid C strings and a 1-byte value.
+        let r =
+            unsafe { libc::setxattr(p.as_ptr(), c"user.k".as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    };
+    set_xattr(&dir.join("f12"));
+    drop_caches();
+    for name in ["f3", "f4", "f5", "six", "f8", "f11", "f12", "f13"] {
+        same_as_the_engine(name);
+    }
+    assert_eq!(std::fs::metadata(dir.join("f3")).unwrap().len(), 7);
+    assert!(!exists(&dir.join("f6")) && !exists(&dir.join("f7")) && !exists(&dir.join("f10")));
+    assert_eq!(std::fs::metadata(dir.join("f8")).unwrap().len(), 7, "f7's");
+    assert_eq!(std::fs::metadata(&dir).unwrap().len(), 0);
+
+    // A listing's end answered from what was kept, and dropped by a new name.
+    drop_caches();
+    let names = names_in(&dir);
+    assert_eq!(names, names_in(&other.path("d")));
+    drop_caches();
+    let before = cached_answers(&w);
+    assert_eq!(names_in(&dir), names);
+    assert!(cached_answers(&w) > before, "the listing's end, at least");
+    std::fs::write(dir.join("zz-new"), b"n").unwrap();
+    std::fs::create_dir(dir.join("zz-dir")).unwrap();
+    drop_caches();
+    let after = names_in(&dir);
+    assert_eq!(after.len(), names.len() + 2, "{after:?}");
+    assert_eq!(after, names_in(&other.path("d")));
+    same_as_the_engine(".");
+    same_as_the_engine("zz-dir");
+
+    // Several writers: nothing kept, every lookup asks.
+    std::fs::write(other.path("o"), b"x").unwrap();
+    drop_caches();
+    std::fs::metadata(other.path("o")).unwrap();
+    drop_caches();
+    std::fs::metadata(other.path("o")).unwrap();
+    assert_eq!(cached_answers(&other), 0);
+}
+
+/// On a single-writer volume the kernel keeps a directory's listing across opens: listing it
+/// again asks the worker nothing, and a change through the mount is listed at once. A
+/// multi-writer volume lists afresh at every open.
+#[test]
+fn a_single_writer_listing_is_kept_by_the_kernel_until_the_mount_changes_it() {
+    if !can_mount() {
+        return;
+    }
+    let backing = EngineBacking::start();
+    let single = Opts {
+        args: vec!["--access".into(), "single-writer".into()],
+        fuse_fd: None,
+    };
+    let w = WorkerProc::start(&backing, single);
+    let multi = WorkerProc::start(&backing, Opts::default());
+    let listings = |w: &WorkerProc| served(w, "readdir") + served(w, "readdirplus");
+    for (m, kept) in [(&w, true), (&multi, false)] {
+        let dir = m.path(if kept { "kept" } else { "not-kept" });
+        std::fs::create_dir(&dir).unwrap();
+        for i in 0..30 {
+            std::fs::write(dir.join(format!("f{i}")), b"x").unwrap();
+        }
+        let first = names_in(&dir);
+        let before = listings(m);
+        assert_eq!(names_in(&dir), first);
+        assert_eq!(
+            listings(m) == before,
+            kept,
+            "listing again asked the worker"
+        );
+        std::fs::remove_file(dir.join("f3")).unwrap();
+        std::fs::write(dir.join("new"), b"y").unwrap();
+        let after = names_in(&dir);
+        assert!(after.contains(&"new".to_string()) && !after.contains(&"f3".to_string()));
+        assert_eq!(after.len(), 30);
+    }
+}

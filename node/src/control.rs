@@ -226,6 +226,11 @@ pub struct WorkerStats {
     /// made does not hold, on a single-writer volume (docs/worker.md).
     #[serde(default)]
     pub absent_answers: u64,
+    /// Lookups, getattrs and listing ends answered from what the worker kept of the
+    /// backend's earlier answers, on a single-writer volume after the kernel dropped its own
+    /// (docs/worker.md).
+    #[serde(default)]
+    pub cached_answers: u64,
     /// Error replies by errno name (`ENOENT`, …, `other`).
     pub errors: BTreeMap<String, u64>,
     /// Per FUSE operation (`write`, `lookup`, …); operations never seen are left out.
@@ -343,6 +348,7 @@ mod tests {
             transport_errors: 0,
             changed_dir_answers: 3,
             absent_answers: 5,
+            cached_answers: 7,
             errors: [("ENOENT".to_string(), 2)].into(),
             ops: [(
                 "write".to_string(),
@@ -394,7 +400,7 @@ mod tests {
                 Request::Stats,
                 concat!(
                     r#"{"ok":true,"stats":{"absent_answers":5,"bytes_read":0,"bytes_written":4096,"#,
-                    r#""changed_dir_answers":3,"errors":{"ENOENT":2},"in_flight":0,"ops":{"write":{"count":1,"#,
+                    r#""cached_answers":7,"changed_dir_answers":3,"errors":{"ENOENT":2},"in_flight":0,"ops":{"write":{"count":1,"#,
                     r#""errors":0,"histogram_us":[[32,1]],"max_us":31,"mean_us":31.0,"#,
                     r#""p50_us":32,"p99_us":32}},"transport_errors":0,"uptime_secs":1.5}}"#
                 ),

@@ -20,6 +20,7 @@
 
 use super::backend::ForgetHook;
 use super::dfs_io::DfsIo;
+use super::entry_cache::EntryCache;
 use super::known_dirs::KnownDirs;
 use super::stats::{Op, Stats};
 use super::throttle::Throttle;
@@ -51,6 +52,26 @@ fn dirent(e: &dpufs_daos::dfs::DirEntry) -> DirEntry<'_> {
         offset: e.cookie,
         type_: e.kind >> 12,
         name: e.name.as_bytes(),
+    }
+}
+
+/// Keeps what a listing page of `dir` after `cookie` says: each entry's attributes where the
+/// backend gave them, and where the listing ends.
+fn keep_page(
+    kept: &EntryCache,
+    ticket: super::entry_cache::Ticket,
+    dir: Oid,
+    cookie: u64,
+    page: &dpufs_daos::dfs::DirPage,
+) {
+    for e in &page.entries {
+        if let Some(a) = &e.attr {
+            kept.keep(ticket, dir, &e.name, a);
+        }
+    }
+    if page.end {
+        let last = page.entries.last().map_or(cookie, |e| e.cookie);
+        kept.keep_end(ticket, dir, last);
     }
 }
 
@@ -133,6 +154,14 @@ impl FsConfig {
         self.access == AccessMode::SingleWriter && !self.negative_ttl.is_zero()
     }
 
+    /// How long the worker keeps the names, attributes and listing ends the backend gave
+    /// (see [`EntryCache`]): only where it is the only writer, and no longer than the kernel
+    /// may trust them.
+    fn keeps_entries_for(&self) -> Option<Duration> {
+        let keep = self.entry_ttl.min(self.attr_ttl);
+        (self.access == AccessMode::SingleWriter && !keep.is_zero()).then_some(keep)
+    }
+
     /// Rejects combinations that would break coherence.
     pub fn validate(&self) -> Result<(), String> {
         if self.writeback_cache && self.access != AccessMode::SingleWriter {
@@ -183,6 +212,18 @@ impl FsConfig {
             want |= FsOptions::WRITEBACK_CACHE;
         }
         want
+    }
+
+    /// FOPEN_* flags of every open directory. With one writer the kernel keeps each listing
+    /// in its page cache across opens (as for file data): every change of its entries comes
+    /// through this kernel, which drops the listing then; a listing read again (a loader
+    /// walking its data set every epoch) needs no request.
+    fn opendir_options(&self) -> OpenOptions {
+        if self.access == AccessMode::SingleWriter {
+            OpenOptions::CACHE_DIR | OpenOptions::KEEP_CACHE
+        } else {
+            OpenOptions::empty()
+        }
     }
 
     /// FOPEN_* flags of every open file.
@@ -266,6 +307,8 @@ pub struct DfsFs {
     throttle: Arc<Throttle>,
     /// On a single-writer volume, the names of the directories this worker made.
     known: Option<KnownDirs>,
+    /// On a single-writer volume, what the backend answered, kept for the kernel's timeouts.
+    kept: Option<EntryCache>,
 }
 
 impl std::fmt::Debug for DfsFs {
@@ -340,6 +383,7 @@ impl DfsFs {
             known: cfg
                 .knows_new_dirs()
                 .then(|| KnownDirs::new(cfg.negative_ttl)),
+            kept: cfg.keeps_entries_for().map(EntryCache::new),
             cfg,
         }
     }
@@ -380,13 +424,18 @@ impl DfsFs {
     }
 
     fn entry(&self, a: &Attr) -> Entry {
+        self.entry_aged(a, Duration::ZERO)
+    }
+
+    /// The entry of an answer the backend gave `age` ago: the timeouts less its age.
+    fn entry_aged(&self, a: &Attr, age: Duration) -> Entry {
         Entry {
             inode: a.oid,
             generation: 0,
             attr: to_stat(a),
             attr_flags: 0,
-            attr_timeout: self.cfg.attr_ttl,
-            entry_timeout: self.cfg.entry_ttl,
+            attr_timeout: self.cfg.attr_ttl.saturating_sub(age),
+            entry_timeout: self.cfg.entry_ttl.saturating_sub(age),
         }
     }
 
@@ -401,12 +450,20 @@ impl DfsFs {
     ) -> io::Result<()> {
         let max = max.clamp(1, 1024);
         loop {
+            if self.kept.as_ref().is_some_and(|k| k.ends_at(dir, cookie)) {
+                self.stats.cached_answer();
+                return Ok(());
+            }
+            let ticket = self.kept.as_ref().map(EntryCache::ticket);
             let page = if plus {
                 self.dfs.readdir_plus(dir, cookie, max)
             } else {
                 self.dfs.readdir(dir, cookie, max)
             }
             .map_err(err)?;
+            if let (Some(kept), Some(ticket)) = (&self.kept, ticket) {
+                keep_page(kept, ticket, dir, cookie, &page);
+            }
             for e in &page.entries {
                 if !emit(e)? {
                     // The kernel resumes after the last entry sent.
@@ -508,6 +565,53 @@ impl DfsFs {
         if let Some(k) = &self.known {
             k.removed(parent, name);
         }
+    }
+
+    /// After a change (whatever its outcome) of `name` in `parent`: what the worker kept
+    /// of the name and of the directory is dropped.
+    fn entry_changed(&self, parent: Oid, name: &str) {
+        if let Some(k) = &self.kept {
+            k.entry_changed(parent, name);
+        }
+    }
+
+    /// After a change (whatever its outcome) of `oid` itself: what the worker kept of it is
+    /// dropped.
+    fn object_changed(&self, oid: Oid) {
+        if let Some(k) = &self.kept {
+            k.changed(oid);
+        }
+    }
+
+    /// Runs the change `f` of `name` in `parent`, then drops what it may have made stale.
+    fn changing_entry<T>(&self, parent: Oid, name: &str, f: impl FnOnce() -> T) -> T {
+        let r = f();
+        self.entry_changed(parent, name);
+        r
+    }
+
+    /// Runs the change `f` of `oid`, then drops what it may have made stale.
+    fn changing<T>(&self, oid: Oid, f: impl FnOnce() -> T) -> T {
+        let r = f();
+        self.object_changed(oid);
+        r
+    }
+
+    /// A new object `name` in `parent`, kept (after [`DfsFs::entry_changed`]: the kernel
+    /// holds the directory's lock for the change, so nothing else changes the name meanwhile).
+    fn keep_new(&self, parent: Oid, name: &str, attr: &Attr) {
+        if let Some(k) = &self.kept {
+            k.keep(k.ticket(), parent, name, attr);
+        }
+    }
+
+    /// What the worker kept of `name` in `parent`, counted as a new kernel reference.
+    fn kept_entry(&self, parent: Oid, name: &str) -> Option<Entry> {
+        let (attr, age) = self.kept.as_ref()?.lookup(parent, name)?;
+        // A released object (LocalDfs) is looked up again.
+        self.remember(&attr).ok()?;
+        self.stats.cached_answer();
+        Some(self.entry_aged(&attr, age))
     }
 
     /// A new object's entry, counted.
@@ -672,8 +776,17 @@ impl FileSystem for DfsFs {
                 self.stats.absent_answer();
                 return self.absent();
             }
+            if let Some(entry) = self.kept_entry(parent, name) {
+                return Ok(entry);
+            }
+            let ticket = self.kept.as_ref().map(EntryCache::ticket);
             match self.lookup_attr(parent, name) {
-                Ok(attr) => Ok(self.entry(&attr)),
+                Ok(attr) => {
+                    if let (Some(k), Some(t)) = (&self.kept, ticket) {
+                        k.keep(t, parent, name, &attr);
+                    }
+                    Ok(self.entry(&attr))
+                }
                 Err(e) if e.errno == Errno::NOENT => self.absent(),
                 Err(e) => Err(err(e)),
             }
@@ -703,6 +816,10 @@ impl FileSystem for DfsFs {
                 self.stats.changed_dir_answer();
                 return Ok((to_stat(&a), ttl));
             }
+            if let Some((a, age)) = self.kept.as_ref().and_then(|k| k.attr(inode)) {
+                self.stats.cached_answer();
+                return Ok((to_stat(&a), self.cfg.attr_ttl.saturating_sub(age)));
+            }
             let a = self.dfs.getattr(inode).map_err(err)?;
             Ok((to_stat(&a), self.cfg.attr_ttl))
         })
@@ -717,49 +834,51 @@ impl FileSystem for DfsFs {
         valid: SetattrValid,
     ) -> io::Result<(stat64, Duration)> {
         self.op(Op::Setattr, || {
-            self.check_writable()?;
-            self.forget_changed_dir(inode);
-            let mut set = SetAttr::default();
-            if valid.contains(SetattrValid::MODE) {
-                set.mode = Some(attr.st_mode & 0o7777);
-            }
-            if valid.contains(SetattrValid::UID) {
-                set.uid = Some(attr.st_uid);
-            }
-            if valid.contains(SetattrValid::GID) {
-                set.gid = Some(attr.st_gid);
-            }
-            if valid.contains(SetattrValid::SIZE) {
-                set.size = Some(attr.st_size as u64);
-                if valid.contains(SetattrValid::KILL_SUIDGID) && set.mode.is_none() {
-                    // A truncation by a caller without CAP_FSETID (HANDLE_KILLPRIV_V2).
-                    set.mode = mode_without_set_id(&*self.dfs, inode, ctx.gid).map_err(err)?;
+            self.changing(inode, || {
+                self.check_writable()?;
+                self.forget_changed_dir(inode);
+                let mut set = SetAttr::default();
+                if valid.contains(SetattrValid::MODE) {
+                    set.mode = Some(attr.st_mode & 0o7777);
                 }
-            }
-            if valid.contains(SetattrValid::ATIME_NOW) {
-                set.atime = Some(TimeSet::Now);
-            } else if valid.contains(SetattrValid::ATIME) {
-                set.atime = Some(TimeSet::At(Timespec {
-                    secs: attr.st_atime,
-                    nanos: attr.st_atime_nsec as u32,
-                }));
-            }
-            if valid.contains(SetattrValid::MTIME_NOW) {
-                set.mtime = Some(TimeSet::Now);
-            } else if valid.contains(SetattrValid::MTIME) {
-                set.mtime = Some(TimeSet::At(Timespec {
-                    secs: attr.st_mtime,
-                    nanos: attr.st_mtime_nsec as u32,
-                }));
-            }
-            let a = if set == SetAttr::default() {
-                // Only ctime (or nothing the DFS stores): report the current attributes.
-                self.dfs.getattr(inode)
-            } else {
-                self.dfs.setattr(inode, &set)
-            }
-            .map_err(err)?;
-            Ok((to_stat(&a), self.cfg.attr_ttl))
+                if valid.contains(SetattrValid::UID) {
+                    set.uid = Some(attr.st_uid);
+                }
+                if valid.contains(SetattrValid::GID) {
+                    set.gid = Some(attr.st_gid);
+                }
+                if valid.contains(SetattrValid::SIZE) {
+                    set.size = Some(attr.st_size as u64);
+                    if valid.contains(SetattrValid::KILL_SUIDGID) && set.mode.is_none() {
+                        // A truncation by a caller without CAP_FSETID (HANDLE_KILLPRIV_V2).
+                        set.mode = mode_without_set_id(&*self.dfs, inode, ctx.gid).map_err(err)?;
+                    }
+                }
+                if valid.contains(SetattrValid::ATIME_NOW) {
+                    set.atime = Some(TimeSet::Now);
+                } else if valid.contains(SetattrValid::ATIME) {
+                    set.atime = Some(TimeSet::At(Timespec {
+                        secs: attr.st_atime,
+                        nanos: attr.st_atime_nsec as u32,
+                    }));
+                }
+                if valid.contains(SetattrValid::MTIME_NOW) {
+                    set.mtime = Some(TimeSet::Now);
+                } else if valid.contains(SetattrValid::MTIME) {
+                    set.mtime = Some(TimeSet::At(Timespec {
+                        secs: attr.st_mtime,
+                        nanos: attr.st_mtime_nsec as u32,
+                    }));
+                }
+                let a = if set == SetAttr::default() {
+                    // Only ctime (or nothing the DFS stores): report the current attributes.
+                    self.dfs.getattr(inode)
+                } else {
+                    self.dfs.setattr(inode, &set)
+                }
+                .map_err(err)?;
+                Ok((to_stat(&a), self.cfg.attr_ttl))
+            })
         })
     }
 
@@ -782,9 +901,11 @@ impl FileSystem for DfsFs {
             let (uid, gid, _) = self.new_owner(ctx, parent, S_IFLNK | 0o777)?;
             self.may_hold(parent, name);
             let a = self
-                .dfs
-                .symlink(parent, name, target, uid, gid)
+                .changing_entry(parent, name, || {
+                    self.dfs.symlink(parent, name, target, uid, gid)
+                })
                 .map_err(err)?;
+            self.keep_new(parent, name, &a);
             self.created(a)
         })
     }
@@ -807,7 +928,12 @@ impl FileSystem for DfsFs {
             let name = name_str(name)?;
             let (uid, gid, mode) = self.new_owner(ctx, parent, mode)?;
             self.may_hold(parent, name);
-            let a = self.dfs.create(parent, name, mode, uid, gid).map_err(err)?;
+            let a = self
+                .changing_entry(parent, name, || {
+                    self.dfs.create(parent, name, mode, uid, gid)
+                })
+                .map_err(err)?;
+            self.keep_new(parent, name, &a);
             self.created(a)
         })
     }
@@ -825,10 +951,15 @@ impl FileSystem for DfsFs {
             let name = name_str(name)?;
             let (uid, gid, mode) = self.new_owner(ctx, parent, S_IFDIR | mode)?;
             self.may_hold(parent, name);
-            let a = self.dfs.mkdir(parent, name, mode, uid, gid).map_err(err)?;
+            let a = self
+                .changing_entry(parent, name, || {
+                    self.dfs.mkdir(parent, name, mode, uid, gid)
+                })
+                .map_err(err)?;
             if let Some(k) = &self.known {
                 k.made(a.oid);
             }
+            self.keep_new(parent, name, &a);
             self.created(a)
         })
     }
@@ -837,7 +968,8 @@ impl FileSystem for DfsFs {
         self.op(Op::Unlink, || {
             self.check_writable()?;
             let name = name_str(name)?;
-            self.dfs.unlink(parent, name).map_err(err)?;
+            self.changing_entry(parent, name, || self.dfs.unlink(parent, name))
+                .map_err(err)?;
             self.removed(parent, name);
             Ok(())
         })
@@ -847,7 +979,8 @@ impl FileSystem for DfsFs {
         self.op(Op::Rmdir, || {
             self.check_writable()?;
             let name = name_str(name)?;
-            self.dfs.rmdir(parent, name).map_err(err)?;
+            self.changing_entry(parent, name, || self.dfs.rmdir(parent, name))
+                .map_err(err)?;
             self.removed(parent, name);
             Ok(())
         })
@@ -871,9 +1004,10 @@ impl FileSystem for DfsFs {
             let noreplace = flags & libc::RENAME_NOREPLACE != 0;
             let (from, to) = (name_str(oldname)?, name_str(newname)?);
             self.may_hold(newdir, to);
-            self.dfs
-                .rename(olddir, from, newdir, to, noreplace)
-                .map_err(err)?;
+            let renamed = self.dfs.rename(olddir, from, newdir, to, noreplace);
+            self.entry_changed(olddir, from);
+            self.entry_changed(newdir, to);
+            renamed.map_err(err)?;
             // A rename onto itself succeeds and leaves the name.
             if (olddir, from) != (newdir, to) {
                 self.removed(olddir, from);
@@ -919,7 +1053,11 @@ impl FileSystem for DfsFs {
             } else {
                 self.dfs.holds(inode).map_err(err)?;
             }
-            self.truncate_on_open(inode, flags, (fuse_flags, ctx.gid))?;
+            if truncate {
+                self.changing(inode, || {
+                    self.truncate_on_open(inode, flags, (fuse_flags, ctx.gid))
+                })?;
+            }
             Ok((None, self.cfg.open_options(), None))
         })
     }
@@ -936,8 +1074,14 @@ impl FileSystem for DfsFs {
             let name = name_str(name)?;
             let (uid, gid, mode) = self.new_owner(ctx, parent, S_IFREG | args.mode)?;
             self.may_hold(parent, name);
-            let entry = match self.dfs.create(parent, name, mode, uid, gid) {
-                Ok(a) => self.created(a)?,
+            let created = self.changing_entry(parent, name, || {
+                self.dfs.create(parent, name, mode, uid, gid)
+            });
+            let entry = match created {
+                Ok(a) => {
+                    self.keep_new(parent, name, &a);
+                    self.created(a)?
+                }
                 // open(O_CREAT) without O_EXCL on a name that appeared since the kernel's
                 // lookup: open what is there, as a local file system would.
                 Err(e) if e.errno == Errno::EXIST && args.flags & libc::O_EXCL as u32 == 0 => {
@@ -950,7 +1094,9 @@ impl FileSystem for DfsFs {
                         self.forget_one(a.oid, 1);
                         return Err(err(e));
                     }
-                    self.truncate_on_open(a.oid, args.flags, (args.fuse_flags, ctx.gid))?;
+                    self.changing(a.oid, || {
+                        self.truncate_on_open(a.oid, args.flags, (args.fuse_flags, ctx.gid))
+                    })?;
                     let a = self.dfs.getattr(a.oid).map_err(err)?;
                     self.entry(&a)
                 }
@@ -1006,7 +1152,7 @@ impl FileSystem for DfsFs {
                 oid: inode,
                 unprivileged: (fuse_flags & WRITE_KILL_PRIV != 0).then_some(ctx.gid),
             };
-            r.read_exact_to(&mut io, size as usize, offset)?;
+            self.changing(inode, || r.read_exact_to(&mut io, size as usize, offset))?;
             self.stats.add_written(size as u64);
             Ok(size as usize)
         })
@@ -1039,20 +1185,22 @@ impl FileSystem for DfsFs {
         length: u64,
     ) -> io::Result<()> {
         self.op(Op::Fallocate, || {
-            self.check_writable()?;
-            let mode = mode as i32;
-            let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-            match mode & !libc::FALLOC_FL_KEEP_SIZE {
-                0 => self
-                    .dfs
-                    .allocate(inode, offset, length, keep_size)
-                    .map_err(err),
-                libc::FALLOC_FL_PUNCH_HOLE if keep_size => {
-                    self.dfs.punch(inode, offset, length).map_err(err)
+            self.changing(inode, || {
+                self.check_writable()?;
+                let mode = mode as i32;
+                let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+                match mode & !libc::FALLOC_FL_KEEP_SIZE {
+                    0 => self
+                        .dfs
+                        .allocate(inode, offset, length, keep_size)
+                        .map_err(err),
+                    libc::FALLOC_FL_PUNCH_HOLE if keep_size => {
+                        self.dfs.punch(inode, offset, length).map_err(err)
+                    }
+                    libc::FALLOC_FL_ZERO_RANGE => self.zero_range(inode, offset, length, keep_size),
+                    _ => Err(errno(libc::EOPNOTSUPP)),
                 }
-                libc::FALLOC_FL_ZERO_RANGE => self.zero_range(inode, offset, length, keep_size),
-                _ => Err(errno(libc::EOPNOTSUPP)),
-            }
+            })
         })
     }
 
@@ -1107,8 +1255,8 @@ impl FileSystem for DfsFs {
                 libc::XATTR_REPLACE => XattrMode::Replace,
                 _ => return Err(errno(libc::EINVAL)),
             };
-            self.dfs
-                .setxattr(inode, name_str(name)?, value, mode)
+            let name = name_str(name)?;
+            self.changing(inode, || self.dfs.setxattr(inode, name, value, mode))
                 .map_err(err)
         })
     }
@@ -1159,7 +1307,9 @@ impl FileSystem for DfsFs {
             if name == FILE_CAPABILITIES {
                 return Err(errno(libc::ENODATA));
             }
-            self.dfs.removexattr(inode, name_str(name)?).map_err(err)
+            let name = name_str(name)?;
+            self.changing(inode, || self.dfs.removexattr(inode, name))
+                .map_err(err)
         })
     }
 
@@ -1176,7 +1326,7 @@ impl FileSystem for DfsFs {
         // `ls -R` or `rm -r` saves a round trip per directory.
         self.op(Op::Opendir, || {
             self.dfs.holds(inode).map_err(err)?;
-            Ok((None, OpenOptions::empty()))
+            Ok((None, self.cfg.opendir_options()))
         })
     }
 

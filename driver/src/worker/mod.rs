@@ -13,6 +13,7 @@ pub mod backend;
 pub mod channel;
 pub mod control;
 mod dfs_io;
+mod entry_cache;
 pub mod fs;
 mod known_dirs;
 pub mod privilege;

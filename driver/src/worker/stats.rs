@@ -94,6 +94,8 @@ pub struct Stats {
     changed_dir_answers: AtomicU64,
     /// Lookups answered "absent" from the names of a directory this worker made.
     absent_answers: AtomicU64,
+    /// Lookups, getattrs and listing ends answered from what the worker kept.
+    cached_answers: AtomicU64,
 }
 
 impl Default for Stats {
@@ -115,6 +117,7 @@ impl Stats {
             transport_errors: AtomicU64::new(0),
             changed_dir_answers: AtomicU64::new(0),
             absent_answers: AtomicU64::new(0),
+            cached_answers: AtomicU64::new(0),
         }
     }
 
@@ -165,6 +168,12 @@ impl Stats {
     /// A lookup answered "absent" with no request to the backend.
     pub fn absent_answer(&self) {
         self.absent_answers.fetch_add(1, Relaxed);
+    }
+
+    /// A lookup, getattr or listing end answered from what the worker kept of the backend's
+    /// earlier answers (a single-writer volume), with no request to the backend.
+    pub fn cached_answer(&self) {
+        self.cached_answers.fetch_add(1, Relaxed);
     }
 
     /// A request that failed in the transport (decode error, reply refused by the kernel).
@@ -266,6 +275,7 @@ impl Stats {
             transport_errors: self.transport_errors.load(Relaxed),
             changed_dir_answers: self.changed_dir_answers.load(Relaxed),
             absent_answers: self.absent_answers.load(Relaxed),
+            cached_answers: self.cached_answers.load(Relaxed),
             errors,
             ops,
         }
