@@ -214,18 +214,6 @@ impl FsConfig {
         want
     }
 
-    /// FOPEN_* flags of every open directory. With one writer the kernel keeps each listing
-    /// in its page cache across opens (as for file data): every change of its entries comes
-    /// through this kernel, which drops the listing then; a listing read again (a loader
-    /// walking its data set every epoch) needs no request.
-    fn opendir_options(&self) -> OpenOptions {
-        if self.access == AccessMode::SingleWriter {
-            OpenOptions::CACHE_DIR | OpenOptions::KEEP_CACHE
-        } else {
-            OpenOptions::empty()
-        }
-    }
-
     /// FOPEN_* flags of every open file.
     fn open_options(&self) -> OpenOptions {
         let mut bits = FOPEN_PARALLEL_DIRECT_WRITES | FOPEN_NOFLUSH;
@@ -1326,7 +1314,7 @@ impl FileSystem for DfsFs {
         // `ls -R` or `rm -r` saves a round trip per directory.
         self.op(Op::Opendir, || {
             self.dfs.holds(inode).map_err(err)?;
-            Ok((None, self.cfg.opendir_options()))
+            Ok((None, OpenOptions::empty()))
         })
     }
 
