@@ -488,6 +488,14 @@ fn exists(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()
 }
 
+/// A worker's options for a single-writer volume.
+fn single_writer() -> Opts {
+    Opts {
+        args: vec!["--access".into(), "single-writer".into()],
+        fuse_fd: None,
+    }
+}
+
 /// On a single-writer volume the lookups before creates in a directory the worker made are
 /// answered by the worker; every name made, renamed and removed there is still found, or
 /// not, as on any file system (the kernel's caches dropped before each check, so the
@@ -498,11 +506,7 @@ fn a_single_writer_worker_answers_lookups_of_new_names_in_its_own_directories() 
         return;
     }
     let backing = EngineBacking::start();
-    let single = Opts {
-        args: vec!["--access".into(), "single-writer".into()],
-        fuse_fd: None,
-    };
-    let w = WorkerProc::start(&backing, single);
+    let w = WorkerProc::start(&backing, single_writer());
     let dir = w.path("made");
     std::fs::create_dir(&dir).unwrap();
     let (lookups, answered) = (served(&w, "lookup"), absent_answers(&w));
@@ -542,11 +546,7 @@ fn a_single_writer_worker_answers_lookups_of_new_names_in_its_own_directories() 
     std::fs::write(dir.join("f10"), b"again").unwrap();
     drop_caches();
     assert_eq!(std::fs::read(dir.join("f10")).unwrap(), b"again");
-    let mut names: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
+    let names = names_in(&dir);
     assert_eq!(names.len(), 101, "99 files, sub, link: {names:?}");
 
     // The volume's root was not made by this worker: its lookups go to the engine.
@@ -598,11 +598,7 @@ fn a_single_writer_worker_answers_what_the_kernel_dropped_from_what_it_kept() {
         return;
     }
     let backing = EngineBacking::start();
-    let single = Opts {
-        args: vec!["--access".into(), "single-writer".into()],
-        fuse_fd: None,
-    };
-    let w = WorkerProc::start(&backing, single);
+    let w = WorkerProc::start(&backing, single_writer());
     let other = WorkerProc::start(&backing, Opts::default());
     let drop_caches = || std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
     let dir = w.path("d");
