@@ -24,7 +24,13 @@ pub fn format_ranks(ranks: &[u32]) -> String {
     format!("[{}]", parts.join(","))
 }
 
-/// Parses a ranged rank string, with or without brackets. Empty input is no ranks.
+/// Most ranks one string may name. A DAOS system has far fewer; the bound keeps a request
+/// naming `0-4000000000` from costing 16 GB and minutes to expand (found by the
+/// `mgmt_request` fuzz target).
+pub const MAX_RANKS: usize = 1 << 16;
+
+/// Parses a ranged rank string, with or without brackets. Empty input is no ranks; more
+/// than [`MAX_RANKS`] ranks is not a rank list.
 pub fn parse_ranks(s: &str) -> Option<Vec<u32>> {
     let inner = s
         .trim()
@@ -39,12 +45,15 @@ pub fn parse_ranks(s: &str) -> Option<Vec<u32>> {
         match part.trim().split_once('-') {
             Some((a, b)) => {
                 let (a, b): (u32, u32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-                if a > b {
+                if a > b || (b - a) as usize >= MAX_RANKS - out.len().min(MAX_RANKS) {
                     return None;
                 }
                 out.extend(a..=b);
             }
             None => out.push(part.trim().parse().ok()?),
+        }
+        if out.len() > MAX_RANKS {
+            return None;
         }
     }
     Some(out)
@@ -68,5 +77,17 @@ mod tests {
         }
         assert_eq!(parse_ranks("3-1"), None);
         assert_eq!(parse_ranks("[x]"), None);
+    }
+
+    #[test]
+    fn a_list_naming_more_than_max_ranks_is_refused_without_expanding_it() {
+        let last = MAX_RANKS as u32 - 1;
+        assert_eq!(
+            parse_ranks(&format!("0-{last}")).map(|r| r.len()),
+            Some(MAX_RANKS)
+        );
+        assert_eq!(parse_ranks(&format!("0-{}", last + 1)), None);
+        assert_eq!(parse_ranks("000-4000000000"), None);
+        assert_eq!(parse_ranks(&format!("0-{last},{}", last + 1)), None);
     }
 }
