@@ -42,19 +42,18 @@ pub fn parse_ranks(s: &str) -> Option<Vec<u32>> {
     }
     let mut out = Vec::new();
     for part in inner.split(',') {
-        match part.trim().split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-                if a > b || (b - a) as usize >= MAX_RANKS - out.len().min(MAX_RANKS) {
-                    return None;
-                }
-                out.extend(a..=b);
+        let (first, last): (u32, u32) = match part.trim().split_once('-') {
+            Some((a, b)) => (a.trim().parse().ok()?, b.trim().parse().ok()?),
+            None => {
+                let rank = part.trim().parse().ok()?;
+                (rank, rank)
             }
-            None => out.push(part.trim().parse().ok()?),
-        }
-        if out.len() > MAX_RANKS {
+        };
+        // Checked before expanding: `out` never holds more than MAX_RANKS.
+        if first > last || (last - first) as usize >= MAX_RANKS - out.len() {
             return None;
         }
+        out.extend(first..=last);
     }
     Some(out)
 }
